@@ -1,0 +1,150 @@
+//! What the loop drives: an agent, a policy and tools. Native Rust types and
+//! WebAssembly components implement the same traits, and the loop cannot tell
+//! them apart. A consumer is handed a read-only view and returns a decision
+//! or a verdict; it never touches the store.
+
+use crate::types::*;
+use async_trait::async_trait;
+use std::fmt;
+
+/// The run as a consumer sees it: every step before the one being decided
+/// or judged, and every approval. Borrowed from the loop's cache, read-only.
+#[derive(Debug, Clone, Copy)]
+pub struct RunView<'a> {
+    pub run: &'a Run,
+    pub steps: &'a [Step],
+    pub approvals: &'a [Approval],
+}
+
+/// Why a plugin instance died.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TrapKind {
+    OutOfFuel,
+    Deadline,
+    MemoryCap,
+    StackOverflow,
+    /// The guest panicked or hit `unreachable`.
+    Panic,
+    /// What it returned was too big or malformed.
+    BadOutput,
+    Other,
+}
+
+impl TrapKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TrapKind::OutOfFuel => "out_of_fuel",
+            TrapKind::Deadline => "deadline",
+            TrapKind::MemoryCap => "memory_cap",
+            TrapKind::StackOverflow => "stack_overflow",
+            TrapKind::Panic => "panic",
+            TrapKind::BadOutput => "bad_output",
+            TrapKind::Other => "other",
+        }
+    }
+}
+
+/// A consumer that could not answer.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ConsumerError {
+    /// The plugin returned its own error.
+    #[error("{0}")]
+    Failed(String),
+    /// The plugin instance trapped and is dead; it will not be called again.
+    #[error("trapped ({}): {message}", kind.as_str())]
+    Trapped { kind: TrapKind, message: String },
+    /// The model provider's limit for the run was reached during the call.
+    #[error("model limit reached: {0}")]
+    ModelLimit(String),
+}
+
+/// Chooses the next step.
+#[async_trait]
+pub trait Agent: Send {
+    async fn decide(&mut self, view: RunView<'_>) -> Result<Decision, ConsumerError>;
+}
+
+/// Judges every valid tool call before it runs.
+#[async_trait]
+pub trait Policy: Send {
+    async fn evaluate(&mut self, call: &ToolCall, effect: Effect, view: RunView<'_>) -> Result<Verdict, ConsumerError>;
+}
+
+/// A tool's failure, shown to the agent as a `tool_error` observation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolError {
+    pub message: String,
+    pub trap: Option<TrapKind>,
+}
+
+impl fmt::Display for ToolError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.trap {
+            Some(k) => write!(f, "tool trapped ({}): {}", k.as_str(), self.message),
+            None => f.write_str(&self.message),
+        }
+    }
+}
+
+impl ToolError {
+    pub fn new(message: impl Into<String>) -> ToolError {
+        ToolError { message: message.into(), trap: None }
+    }
+}
+
+/// One or more tools. Arguments arrive validated against the tool's schema,
+/// as canonical JSON.
+#[async_trait]
+pub trait ToolProvider: Send + Sync {
+    fn specs(&self) -> Vec<ToolSpec>;
+    async fn call(&self, name: &str, arguments: &str) -> Result<String, ToolError>;
+}
+
+/// A native tool from a closure: the quickest way to give an embedded run a
+/// capability of the host program.
+pub struct FnTool<F> {
+    spec: ToolSpec,
+    f: F,
+}
+
+impl<F> FnTool<F>
+where
+    F: Fn(serde_json::Value) -> Result<serde_json::Value, String> + Send + Sync + 'static,
+{
+    pub fn new(spec: ToolSpec, f: F) -> FnTool<F> {
+        FnTool { spec, f }
+    }
+}
+
+#[async_trait]
+impl<F> ToolProvider for FnTool<F>
+where
+    F: Fn(serde_json::Value) -> Result<serde_json::Value, String> + Send + Sync + 'static,
+{
+    fn specs(&self) -> Vec<ToolSpec> {
+        vec![self.spec.clone()]
+    }
+    async fn call(&self, _name: &str, arguments: &str) -> Result<String, ToolError> {
+        let args = serde_json::from_str(arguments).map_err(|e| ToolError::new(format!("arguments: {e}")))?;
+        (self.f)(args).map(|v| v.to_string()).map_err(ToolError::new)
+    }
+}
+
+/// Events a consumer produces while it works (plugin log lines), stored
+/// with the run's next transition. Shared between the loop and the
+/// consumers of one run.
+#[derive(Debug, Default)]
+pub struct EventSink {
+    events: std::sync::Mutex<Vec<crate::store::NewEvent>>,
+}
+
+impl EventSink {
+    pub fn push(&self, event: crate::store::NewEvent) {
+        self.events.lock().unwrap_or_else(|p| p.into_inner()).push(event);
+    }
+
+    pub fn drain(&self) -> Vec<crate::store::NewEvent> {
+        std::mem::take(&mut *self.events.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}

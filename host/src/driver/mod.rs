@@ -1,0 +1,151 @@
+//! The durable agent loop.
+//!
+//! A step moves started → decided → (awaiting approval) → executing → done,
+//! each move one store transition with its events. The loop keeps the run's
+//! steps and approvals in memory from the moment it starts or resumes (the
+//! step cache); what it keeps is decoded from what it wrote, so it always
+//! equals a fresh load.
+
+pub mod clock;
+mod run_loop;
+
+pub use clock::{Clock, Ids, RandomIds, SeqIds, StepClock, SystemClock};
+
+use crate::consumer::{Agent, Policy};
+use crate::model::ModelGate;
+use crate::store::{Event, StoreError, StoreHandle};
+use crate::tools::ToolSet;
+use crate::types::*;
+use std::sync::Arc;
+
+/// Called with every event after its transition committed.
+pub type Observer = Arc<dyn Fn(&Event) + Send + Sync>;
+
+/// Drives runs against one store.
+#[derive(Clone)]
+pub struct Runtime {
+    pub(crate) store: StoreHandle,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) ids: Arc<dyn Ids>,
+    pub(crate) lease_ttl_ms: i64,
+    pub(crate) observer: Option<Observer>,
+    pub(crate) reload_each_step: bool,
+    pub(crate) crash_at: Option<String>,
+}
+
+/// The consumers of one run. They serve this run only.
+pub struct Consumers {
+    pub agent: Box<dyn Agent>,
+    pub policy: Box<dyn Policy>,
+    pub tools: ToolSet,
+    /// The run's model accounting, shared with the agent that calls through it.
+    pub model: Arc<ModelGate>,
+    /// Log lines of the consumers, stored with the next transition.
+    pub events: Arc<crate::consumer::EventSink>,
+}
+
+impl Consumers {
+    /// Consumers with a fresh model gate over `provider` and a fresh sink.
+    pub fn new(
+        agent: Box<dyn Agent>,
+        policy: Box<dyn Policy>,
+        tools: ToolSet,
+        model: Arc<ModelGate>,
+        events: Arc<crate::consumer::EventSink>,
+    ) -> Consumers {
+        Consumers { agent, policy, tools, model, events }
+    }
+}
+
+/// Where a loop left its run.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub run: Run,
+    /// The approval the run waits for, when it paused.
+    pub pending: Option<Approval>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DriverError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("run {0} is {1}: there is nothing to resume")]
+    Terminal(String, RunStatus),
+    #[error("approval {id} does not match what was shown to the operator ({why}); the run stays paused")]
+    Tampered { id: String, why: String },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl Runtime {
+    pub fn new(store: StoreHandle) -> Runtime {
+        Runtime {
+            store,
+            clock: Arc::new(SystemClock),
+            ids: Arc::new(RandomIds),
+            lease_ttl_ms: 30_000,
+            observer: None,
+            reload_each_step: false,
+            crash_at: std::env::var("KEEL_TEST_CRASH_AT").ok(),
+        }
+    }
+
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    pub fn with_ids(mut self, ids: Arc<dyn Ids>) -> Self {
+        self.ids = ids;
+        self
+    }
+
+    /// Lease length; the loop renews it every third of this.
+    pub fn with_lease_ttl_ms(mut self, ttl: i64) -> Self {
+        self.lease_ttl_ms = ttl.max(3);
+        self
+    }
+
+    pub fn with_observer(mut self, observer: Observer) -> Self {
+        self.observer = Some(observer);
+        self
+    }
+
+    /// Reload steps and approvals from the store at every step instead of
+    /// keeping them (the old, slow path; tests compare the two).
+    #[doc(hidden)]
+    pub fn reload_each_step(mut self, on: bool) -> Self {
+        self.reload_each_step = on;
+        self
+    }
+
+    pub fn store(&self) -> &StoreHandle {
+        &self.store
+    }
+
+    /// Starts a new run and drives it until it ends or pauses.
+    pub async fn start(&self, goal: &str, limits: Limits, meta: &str, consumers: Consumers) -> Result<Outcome, DriverError> {
+        run_loop::start(self, goal, limits, meta, consumers).await
+    }
+
+    /// Takes the run's lease and drives it on from where it is: acts on a
+    /// decided approval, recovers an interrupted step, or continues.
+    pub async fn resume(&self, run_id: &str, consumers: Consumers) -> Result<Outcome, DriverError> {
+        run_loop::resume(self, run_id, consumers).await
+    }
+}
+
+/// The hash an approval is bound to: the call (tool and canonical
+/// arguments), the reason and the presentation, canonically encoded.
+pub fn approval_hash(kind: ApprovalKind, call: &ToolCall, reason: &str, presentation: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let parse = |s: &str| serde_json::from_str::<serde_json::Value>(s).unwrap_or(serde_json::Value::String(s.into()));
+    let doc = serde_json::json!({
+        "kind": kind.as_str(),
+        "tool": call.tool,
+        "arguments": parse(&call.arguments),
+        "reason": reason,
+        "presentation": parse(presentation),
+    });
+    hex::encode(Sha256::digest(canonical_json(&doc).as_bytes()))
+}

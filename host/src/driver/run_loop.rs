@@ -1,0 +1,780 @@
+//! One run's loop: the state machine of its steps.
+
+use super::*;
+use crate::consumer::{ConsumerError, RunView, ToolError};
+use crate::store::{Expect, NewEvent, Transition};
+use serde_json::json;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// Why the loop stopped early: it was told to (cancel, lost lease), which is
+/// an outcome, or something broke, which is an error.
+enum Halt {
+    Outcome(Outcome),
+    Error(DriverError),
+}
+
+impl From<DriverError> for Halt {
+    fn from(e: DriverError) -> Self {
+        Halt::Error(e)
+    }
+}
+
+type Flow<T> = Result<T, Halt>;
+
+struct Loop<'r> {
+    rt: &'r Runtime,
+    owner: String,
+    run: Run,
+    steps: Vec<Step>,
+    approvals: Vec<Approval>,
+    c: Consumers,
+}
+
+/// Renews the lease every third of its TTL while the loop runs.
+struct Heartbeat(tokio::task::JoinHandle<()>);
+
+impl Drop for Heartbeat {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+fn heartbeat(rt: &Runtime, run_id: &str, owner: &str) -> Heartbeat {
+    let (store, clock, ttl) = (rt.store.clone(), rt.clock.clone(), rt.lease_ttl_ms);
+    let (run_id, owner) = (run_id.to_string(), owner.to_string());
+    Heartbeat(tokio::spawn(async move {
+        let every = std::time::Duration::from_millis((ttl / 3).max(1) as u64);
+        loop {
+            tokio::time::sleep(every).await;
+            let (r, o, now) = (run_id.clone(), owner.clone(), clock.now_ms());
+            match store.with(move |s| s.heartbeat(&r, &o, now, ttl)).await {
+                Ok(Ok(true)) => {}
+                // Lost the lease or the store: the next transition's
+                // compare-and-set stops the loop.
+                _ => break,
+            }
+        }
+    }))
+}
+
+pub(super) async fn start(rt: &Runtime, goal: &str, limits: Limits, meta: &str, c: Consumers) -> Result<Outcome, DriverError> {
+    if serde_json::from_str::<serde_json::Value>(meta).is_err() {
+        return Err(DriverError::Invalid("run meta must be JSON".into()));
+    }
+    let owner = rt.ids.next("lease");
+    let now = rt.clock.now_ms();
+    let run = Run {
+        id: rt.ids.next("run"),
+        goal: goal.to_string(),
+        status: RunStatus::Running,
+        reason: None,
+        result: None,
+        limits,
+        meta: meta.to_string(),
+        step_count: 0,
+        model_calls: 0,
+        tokens: 0,
+        consecutive_failures: 0,
+        lease_owner: Some(owner.clone()),
+        lease_expires: Some(now + rt.lease_ttl_ms),
+        created_at: now,
+        updated_at: now,
+    };
+    let events = vec![NewEvent::new("run.started", None, json!({ "goal": goal, "limits": run.limits }))];
+    let r = run.clone();
+    let committed = rt.store.with(move |s| s.create_run(&r, events)).await??;
+    let mut lp = Loop { rt, owner, run, steps: vec![], approvals: vec![], c };
+    lp.notify(&committed.events);
+    let _hb = heartbeat(rt, &lp.run.id, &lp.owner);
+    let flow = lp.drive().await;
+    lp.finish(flow).await
+}
+
+pub(super) async fn resume(rt: &Runtime, run_id: &str, c: Consumers) -> Result<Outcome, DriverError> {
+    let owner = rt.ids.next("lease");
+    let now = rt.clock.now_ms();
+    let (id, o, ttl) = (run_id.to_string(), owner.clone(), rt.lease_ttl_ms);
+    let current = {
+        let id = id.clone();
+        rt.store.with(move |s| s.run(&id)).await??
+    };
+    if current.status.is_terminal() {
+        return Err(DriverError::Terminal(current.id, current.status));
+    }
+    let run = rt.store.with(move |s| s.acquire_lease(&id, &o, now, ttl)).await??;
+    let id = run.id.clone();
+    let (steps, approvals) = rt.store.with(move |s| Ok::<_, StoreError>((s.load_steps(&id)?, s.load_approvals(&id)?))).await??;
+    let mut lp = Loop { rt, owner, run, steps, approvals, c };
+    let _hb = heartbeat(rt, &lp.run.id, &lp.owner);
+    let flow = match lp.recover().await {
+        Ok(true) => lp.drive().await,
+        Ok(false) => lp.pause_outcome().await,
+        Err(h) => Err(h),
+    };
+    lp.finish(flow).await
+}
+
+impl<'r> Loop<'r> {
+    async fn finish(&mut self, flow: Flow<Outcome>) -> Result<Outcome, DriverError> {
+        let result = match flow {
+            Ok(o) | Err(Halt::Outcome(o)) => Ok(o),
+            Err(Halt::Error(e)) => Err(e),
+        };
+        // Whatever happened, give the lease back if we still hold it.
+        let (id, owner) = (self.run.id.clone(), self.owner.clone());
+        let _ = self.rt.store.with(move |s| s.release_lease(&id, &owner)).await;
+        result
+    }
+
+    fn now(&self) -> i64 {
+        self.rt.clock.now_ms()
+    }
+
+    fn notify(&self, events: &[crate::store::Event]) {
+        if let Some(obs) = &self.rt.observer {
+            for e in events {
+                obs(e);
+            }
+        }
+    }
+
+    /// The run row as the next transition writes it.
+    fn next_run(&self, now: i64) -> Run {
+        let mut run = self.run.clone();
+        run.updated_at = now;
+        run.lease_expires = Some(now + self.rt.lease_ttl_ms);
+        run
+    }
+
+    /// Commits one transition and takes what it wrote into the cache.
+    async fn commit(&mut self, mut run: Run, steps: Vec<Step>, approvals: Vec<Approval>, events: Vec<NewEvent>) -> Flow<()> {
+        let drained = self.c.model.drain();
+        run.model_calls = drained.calls.max(run.model_calls);
+        run.tokens = drained.tokens.max(run.tokens);
+        if run.status.is_terminal() || run.status == RunStatus::WaitingForApproval {
+            run.lease_owner = None;
+            run.lease_expires = None;
+        }
+        let crash_point = events.iter().rev().find(|e| !e.kind.starts_with("plugin.")).map(|e| e.kind);
+        let mut events = events;
+        let logs = self.c.events.drain();
+        if !logs.is_empty() {
+            let mut all = logs;
+            all.append(&mut events);
+            events = all;
+        }
+        let t = Transition {
+            expect: Expect { status: self.run.status, owner: Some(self.owner.clone()) },
+            run,
+            steps,
+            approvals,
+            events,
+            model_calls: drained.records,
+        };
+        match self.rt.store.commit(t).await {
+            Ok(done) => {
+                self.run = done.run;
+                for s in done.steps {
+                    let i = s.index as usize;
+                    if i < self.steps.len() {
+                        self.steps[i] = s;
+                    } else {
+                        self.steps.push(s);
+                    }
+                }
+                for a in done.approvals {
+                    match self.approvals.iter_mut().find(|x| x.id == a.id) {
+                        Some(slot) => *slot = a,
+                        None => self.approvals.push(a),
+                    }
+                }
+                self.notify(&done.events);
+                self.maybe_crash(crash_point);
+                Ok(())
+            }
+            Err(StoreError::Conflict { .. }) => {
+                // Cancelled, or the lease was taken over: stop and report the
+                // run as it now is.
+                let id = self.run.id.clone();
+                let run = self.rt.store.with(move |s| s.run(&id)).await.map_err(DriverError::from)?.map_err(DriverError::from)?;
+                Err(Halt::Outcome(Outcome { run, pending: None }))
+            }
+            Err(e) => Err(Halt::Error(e.into())),
+        }
+    }
+
+    /// Test hook: abort the process right after a named write committed
+    /// (`KEEL_TEST_CRASH_AT=step.executing@2` is the second such write).
+    fn maybe_crash(&self, point: Option<&str>) {
+        static SEEN: AtomicU32 = AtomicU32::new(0);
+        let (Some(spec), Some(point)) = (&self.rt.crash_at, point) else { return };
+        let (name, nth) = spec.split_once('@').map(|(n, k)| (n, k.parse().unwrap_or(1))).unwrap_or((spec.as_str(), 1));
+        if name == point && SEEN.fetch_add(1, Ordering::SeqCst) + 1 == nth {
+            std::process::abort();
+        }
+    }
+
+    async fn reload_if_asked(&mut self) -> Flow<()> {
+        if self.rt.reload_each_step {
+            let id = self.run.id.clone();
+            let (steps, approvals) = self
+                .rt
+                .store
+                .with(move |s| Ok::<_, StoreError>((s.load_steps(&id)?, s.load_approvals(&id)?)))
+                .await
+                .map_err(DriverError::from)?
+                .map_err(DriverError::from)?;
+            self.steps = steps;
+            self.approvals = approvals;
+        }
+        Ok(())
+    }
+
+    /// Ends the run. `step`, when given, is written done with `observation`.
+    async fn end(&mut self, status: RunStatus, reason: &str, result: Option<String>, step: Option<(u32, Observation)>, data: serde_json::Value) -> Flow<Outcome> {
+        let now = self.now();
+        let mut run = self.next_run(now);
+        run.status = status;
+        run.reason = Some(reason.to_string());
+        run.result = result;
+        let mut steps = vec![];
+        let mut events = vec![];
+        if let Some((i, obs)) = step {
+            let mut s = self.steps[i as usize].clone();
+            s.version += 1;
+            s.state = StepState::Done;
+            s.observation = Some(obs);
+            s.updated_at = now;
+            events.push(NewEvent::new("step.done", Some(i), json!({ "observation": s.observation })));
+            steps.push(s);
+        }
+        let kind = match status {
+            RunStatus::Completed => "run.completed",
+            RunStatus::Cancelled => "run.cancelled",
+            _ => "run.failed",
+        };
+        let mut data = data;
+        if let serde_json::Value::Object(m) = &mut data {
+            m.insert("reason".into(), json!(reason));
+        }
+        events.push(NewEvent::new(kind, None, data));
+        self.commit(run, steps, vec![], events).await?;
+        Ok(Outcome { run: self.run.clone(), pending: None })
+    }
+
+    /// Fails the run at step `i` with `{"error": message}` as the step's last word.
+    async fn fail_at(&mut self, i: u32, reason: &str, message: &str) -> Flow<Outcome> {
+        let obs = Observation::message(ObservationKind::Final, "error", message);
+        let result = Some(json!({ "error": message }).to_string());
+        self.end(RunStatus::Failed, reason, result, Some((i, obs)), json!({ "error": message })).await
+    }
+
+    async fn pause_outcome(&mut self) -> Flow<Outcome> {
+        let pending = self.approvals.iter().rev().find(|a| a.status == ApprovalStatus::Pending).cloned();
+        Ok(Outcome { run: self.run.clone(), pending })
+    }
+
+    /// Acts on what a resume finds. `Ok(true)`: continue driving;
+    /// `Ok(false)`: stay paused.
+    async fn recover(&mut self) -> Flow<bool> {
+        let Some(last) = self.steps.last().cloned() else { return Ok(true) };
+        if self.run.status == RunStatus::WaitingForApproval {
+            return self.act_on_approval(last.index).await;
+        }
+        match last.state {
+            StepState::Started | StepState::Done => Ok(true),
+            StepState::Decided => {
+                // Crashed between the decision and the verdict: judge it now.
+                if let Some(out) = self.judge(last.index).await? {
+                    return Err(Halt::Outcome(out));
+                }
+                Ok(true)
+            }
+            StepState::Executing | StepState::Interrupted => self.interrupted(last.index).await,
+            StepState::AwaitingApproval => self.act_on_approval(last.index).await,
+        }
+    }
+
+    /// A step found executing after a crash: the tool may or may not have run.
+    async fn interrupted(&mut self, i: u32) -> Flow<bool> {
+        let now = self.now();
+        let mut s = self.steps[i as usize].clone();
+        let (Some(call), Some(effect)) = (s.call.clone(), s.effect) else {
+            return Err(Halt::Error(DriverError::Invalid(format!("step {i} is executing without a call"))));
+        };
+        let mut events = vec![];
+        if s.state != StepState::Interrupted {
+            s.version += 1;
+            s.state = StepState::Interrupted;
+            s.updated_at = now;
+            events.push(NewEvent::new("step.interrupted", Some(i), json!({ "tool": call.tool, "effect": effect })));
+        }
+        if effect.safe_to_retry() {
+            self.commit(self.next_run(now), vec![s], vec![], events).await?;
+            self.execute(i).await?;
+            return Ok(true);
+        }
+        // A side effect may have happened: never run it again silently.
+        let reason = format!(
+            "the {} tool {:?} was running when its process stopped; it may or may not have taken effect. Approve to run it again.",
+            effect, call.tool
+        );
+        let presentation = json!({ "step": i, "effect": effect }).to_string();
+        let approval = self.new_approval(i, ApprovalKind::InterruptedSideEffect, call, reason, presentation, now);
+        events.push(NewEvent::new("approval.requested", Some(i), json!({ "approval": approval.id, "kind": approval.kind, "reason": approval.reason })));
+        events.push(NewEvent::new("run.paused", Some(i), json!({ "approval": approval.id })));
+        let mut run = self.next_run(now);
+        run.status = RunStatus::WaitingForApproval;
+        self.commit(run, vec![s], vec![approval], events).await?;
+        Ok(false)
+    }
+
+    fn new_approval(&self, i: u32, kind: ApprovalKind, call: ToolCall, reason: String, presentation: String, now: i64) -> Approval {
+        let hash = approval_hash(kind, &call, &reason, &presentation);
+        Approval {
+            id: self.rt.ids.next("appr"),
+            run_id: self.run.id.clone(),
+            step_index: i,
+            kind,
+            status: ApprovalStatus::Pending,
+            call,
+            reason,
+            presentation,
+            hash,
+            created_at: now,
+            expires_at: self.run.limits.approval_ttl_ms.map(|t| now + t as i64),
+            decided_by: None,
+            note: None,
+            decided_at: None,
+        }
+    }
+
+    /// The run is paused on step `i`: apply the operator's word, if any.
+    async fn act_on_approval(&mut self, i: u32) -> Flow<bool> {
+        let Some(a) = self.approvals.iter().rev().find(|a| a.step_index == i).cloned() else {
+            return Err(Halt::Error(DriverError::Invalid(format!("run {} waits for approval but step {i} has none", self.run.id))));
+        };
+        let now = self.now();
+        let step = self.steps[i as usize].clone();
+        match a.status {
+            ApprovalStatus::Pending if a.expires_at.is_some_and(|e| e <= now) => {
+                let mut a2 = a.clone();
+                a2.status = ApprovalStatus::Expired;
+                a2.decided_at = Some(now);
+                let obs = Observation::message(ObservationKind::Denied, "reason", "the approval expired before an operator answered");
+                self.close_paused_step(step, obs, vec![a2], "approval.expired", json!({ "approval": a.id })).await?;
+                Ok(true)
+            }
+            ApprovalStatus::Pending => Ok(false),
+            ApprovalStatus::Expired | ApprovalStatus::Denied => {
+                let why = match (&a.decided_by, &a.note) {
+                    (Some(by), Some(n)) => format!("denied by {by}: {n}"),
+                    (Some(by), None) => format!("denied by {by}"),
+                    _ => "the approval expired".to_string(),
+                };
+                let obs = Observation::message(ObservationKind::Denied, "reason", &why);
+                self.close_paused_step(step, obs, vec![], "run.resumed", json!({ "approval": a.id, "status": a.status })).await?;
+                Ok(true)
+            }
+            ApprovalStatus::Approved => {
+                self.check_approval(&a, &step)?;
+                let mut s = step;
+                s.version += 1;
+                s.state = StepState::Executing;
+                s.updated_at = now;
+                let mut run = self.next_run(now);
+                run.status = RunStatus::Running;
+                let events = vec![
+                    NewEvent::new("run.resumed", Some(i), json!({ "approval": a.id, "by": a.decided_by })),
+                    NewEvent::new("step.executing", Some(i), json!({ "tool": a.call.tool })),
+                ];
+                self.commit(run, vec![s], vec![], events).await?;
+                self.execute(i).await?;
+                Ok(true)
+            }
+        }
+    }
+
+    /// Refuses an approval whose row or step no longer match its hash.
+    fn check_approval(&self, a: &Approval, step: &Step) -> Flow<()> {
+        let tampered = |why: &str| Halt::Error(DriverError::Tampered { id: a.id.clone(), why: why.into() });
+        if approval_hash(a.kind, &a.call, &a.reason, &a.presentation) != a.hash {
+            return Err(tampered("its stored call, reason or presentation changed"));
+        }
+        if step.call.as_ref() != Some(&a.call) {
+            return Err(tampered("the step's call differs from the approved call"));
+        }
+        if a.kind == ApprovalKind::Policy {
+            match &step.verdict {
+                Some(Verdict::RequireApproval(r)) if r.reason == a.reason && r.presentation == a.presentation => {}
+                _ => return Err(tampered("the step's verdict differs from what was approved")),
+            }
+        }
+        Ok(())
+    }
+
+    async fn close_paused_step(&mut self, mut s: Step, obs: Observation, approvals: Vec<Approval>, kind: &'static str, data: serde_json::Value) -> Flow<()> {
+        let now = self.now();
+        let i = s.index;
+        s.version += 1;
+        s.state = StepState::Done;
+        s.observation = Some(obs);
+        s.updated_at = now;
+        let mut run = self.next_run(now);
+        run.status = RunStatus::Running;
+        run.consecutive_failures += 1;
+        let events = vec![
+            NewEvent::new(kind, Some(i), data),
+            NewEvent::new("step.done", Some(i), json!({ "observation": s.observation })),
+        ];
+        self.commit(run, vec![s], approvals, events).await
+    }
+
+    /// Steps until the run ends or pauses.
+    async fn drive(&mut self) -> Flow<Outcome> {
+        loop {
+            if self.run.status == RunStatus::WaitingForApproval {
+                return self.pause_outcome().await;
+            }
+            if self.run.status.is_terminal() {
+                return Ok(Outcome { run: self.run.clone(), pending: None });
+            }
+            self.reload_if_asked().await?;
+            // Reuse a started step left by a crash before its decision.
+            let i = match self.steps.last() {
+                Some(s) if s.state == StepState::Started => s.index,
+                _ => {
+                    if let Some(out) = self.check_limits().await? {
+                        return Ok(out);
+                    }
+                    self.start_step().await?
+                }
+            };
+            self.step(i).await?;
+        }
+    }
+
+    async fn check_limits(&mut self) -> Flow<Option<Outcome>> {
+        let l = self.run.limits.clone();
+        let now = self.now();
+        let hit = if self.run.step_count >= l.max_steps {
+            Some(("limit_steps", format!("the run reached its limit of {} steps", l.max_steps)))
+        } else if l.deadline_ms.is_some_and(|d| now - self.run.created_at >= d as i64) {
+            Some(("limit_deadline", "the run passed its wall-clock deadline".to_string()))
+        } else {
+            None
+        };
+        match hit {
+            None => Ok(None),
+            Some((reason, msg)) => {
+                let out = self.end(RunStatus::Failed, reason, Some(json!({ "error": msg }).to_string()), None, json!({ "error": msg })).await?;
+                Ok(Some(out))
+            }
+        }
+    }
+
+    async fn start_step(&mut self) -> Flow<u32> {
+        let now = self.now();
+        let i = self.run.step_count;
+        let step = Step {
+            index: i,
+            version: 1,
+            state: StepState::Started,
+            decision: None,
+            call: None,
+            effect: None,
+            verdict: None,
+            observation: None,
+            started_at: now,
+            updated_at: now,
+        };
+        let mut run = self.next_run(now);
+        run.step_count += 1;
+        self.commit(run, vec![step], vec![], vec![NewEvent::new("step.started", Some(i), json!({}))]).await?;
+        Ok(i)
+    }
+
+    /// Remaining wall-clock time before the run's deadline.
+    fn remaining(&self) -> Option<std::time::Duration> {
+        self.run.limits.deadline_ms.map(|d| {
+            let left = self.run.created_at + d as i64 - self.now();
+            std::time::Duration::from_millis(left.max(0) as u64)
+        })
+    }
+
+    /// Decides, judges and executes step `i`.
+    async fn step(&mut self, i: u32) -> Flow<()> {
+        let l = &self.run.limits;
+        self.c.model.arm(i, self.run.model_calls, self.run.tokens, l.max_model_calls, l.max_tokens);
+        let remaining = self.remaining();
+        let decided = {
+            let view = RunView { run: &self.run, steps: &self.steps[..i as usize], approvals: &self.approvals };
+            let fut = self.c.agent.decide(view);
+            match remaining {
+                Some(left) => match tokio::time::timeout(left, fut).await {
+                    Ok(r) => Some(r),
+                    Err(_) => None,
+                },
+                None => Some(fut.await),
+            }
+        };
+        let limit_hit = self.c.model.drain_limit();
+        let decision = match decided {
+            None => {
+                let out = self.fail_at(i, "limit_deadline", "the run passed its wall-clock deadline while the agent was deciding").await?;
+                return Err(Halt::Outcome(out));
+            }
+            Some(_) if limit_hit.is_some() => {
+                let reason = limit_hit.unwrap_or_default();
+                let out = self.fail_at(i, &reason, "the agent's model calls hit the run's limit").await?;
+                return Err(Halt::Outcome(out));
+            }
+            Some(Err(e)) => {
+                let reason = match &e {
+                    ConsumerError::Trapped { .. } => "agent_trapped",
+                    ConsumerError::Failed(_) => "agent_error",
+                    ConsumerError::ModelLimit(_) => "limit_model_calls",
+                };
+                let out = self.fail_at(i, reason, &e.to_string()).await?;
+                return Err(Halt::Outcome(out));
+            }
+            Some(Ok(d)) => d,
+        };
+        if let Some(out) = self.record_decision(i, decision).await? {
+            return Err(Halt::Outcome(out));
+        }
+        if self.steps[i as usize].state != StepState::Decided {
+            return Ok(()); // invalid decision: the step is done
+        }
+        if let Some(out) = self.judge(i).await? {
+            return Err(Halt::Outcome(out));
+        }
+        if self.steps[i as usize].state == StepState::Executing {
+            self.execute(i).await?;
+        }
+        Ok(())
+    }
+
+    /// Writes the decision verbatim, then what it means: the end of the run,
+    /// an invalid decision, or a valid call waiting for the policy.
+    async fn record_decision(&mut self, i: u32, decision: Decision) -> Flow<Option<Outcome>> {
+        let now = self.now();
+        let mut s = self.steps[i as usize].clone();
+        s.version += 1;
+        s.decision = Some(decision.clone());
+        s.updated_at = now;
+        let mut run = self.next_run(now);
+        let mut events = vec![NewEvent::new("step.decided", Some(i), json!({ "decision": decision }))];
+        let invalid = match &decision {
+            Decision::Complete(result) => match serde_json::from_str::<serde_json::Value>(result) {
+                Ok(v) => {
+                    s.state = StepState::Done;
+                    s.observation = Some(Observation { kind: ObservationKind::Final, content: json!({ "result": v }).to_string() });
+                    run.status = RunStatus::Completed;
+                    run.reason = Some("completed".into());
+                    run.result = Some(canonical_json(&v));
+                    events.push(NewEvent::new("step.done", Some(i), json!({ "observation": s.observation })));
+                    events.push(NewEvent::new("run.completed", None, json!({ "reason": "completed", "result": v })));
+                    None
+                }
+                Err(e) => Some(format!("the result of complete is not JSON: {e}")),
+            },
+            Decision::Fail(why) => {
+                s.state = StepState::Done;
+                s.observation = Some(Observation::message(ObservationKind::Final, "error", why));
+                run.status = RunStatus::Failed;
+                run.reason = Some("agent_failed".into());
+                run.result = Some(json!({ "error": why }).to_string());
+                events.push(NewEvent::new("step.done", Some(i), json!({ "observation": s.observation })));
+                events.push(NewEvent::new("run.failed", None, json!({ "reason": "agent_failed", "error": why })));
+                None
+            }
+            Decision::Invalid(why) => Some(why.clone()),
+            Decision::Call(call) => match self.c.tools.validate(call) {
+                Ok((canonical, spec)) => {
+                    s.effect = Some(spec.effect);
+                    s.call = Some(canonical);
+                    s.state = StepState::Decided;
+                    None
+                }
+                Err(e) => Some(e.to_string()),
+            },
+        };
+        if let Some(why) = invalid {
+            s.state = StepState::Done;
+            s.observation = Some(Observation::message(ObservationKind::InvalidDecision, "error", &why));
+            events.push(NewEvent::new("step.done", Some(i), json!({ "observation": s.observation })));
+            run.consecutive_failures += 1;
+            self.limit_failures(&mut run, &mut events);
+        }
+        let ended = run.status.is_terminal();
+        self.commit(run, vec![s], vec![], events).await?;
+        Ok(ended.then(|| Outcome { run: self.run.clone(), pending: None }))
+    }
+
+    /// Ends `run` in the same transition when it failed too often in a row.
+    fn limit_failures(&self, run: &mut Run, events: &mut Vec<NewEvent>) {
+        let max = run.limits.max_consecutive_failures;
+        if max > 0 && run.consecutive_failures >= max && !run.status.is_terminal() {
+            run.status = RunStatus::Failed;
+            run.reason = Some("limit_consecutive_failures".into());
+            let msg = format!("{} consecutive failed steps", run.consecutive_failures);
+            run.result = Some(json!({ "error": msg }).to_string());
+            events.push(NewEvent::new("run.failed", None, json!({ "reason": "limit_consecutive_failures", "error": msg })));
+        }
+    }
+
+    /// Asks the policy about the decided call of step `i` and records the
+    /// verdict: executing, denied, paused for approval, or aborted.
+    async fn judge(&mut self, i: u32) -> Flow<Option<Outcome>> {
+        let s = self.steps[i as usize].clone();
+        let (Some(call), Some(effect)) = (s.call.clone(), s.effect) else {
+            return Err(Halt::Error(DriverError::Invalid(format!("step {i} is decided without a valid call"))));
+        };
+        let verdict = {
+            let view = RunView { run: &self.run, steps: &self.steps[..i as usize], approvals: &self.approvals };
+            self.c.policy.evaluate(&call, effect, view).await
+        };
+        let verdict = match verdict {
+            Ok(Verdict::RequireApproval(r)) if serde_json::from_str::<serde_json::Value>(&r.presentation).is_err() => {
+                Err(ConsumerError::Failed("the approval presentation is not JSON".into()))
+            }
+            v => v,
+        };
+        let verdict = match verdict {
+            Ok(v) => v,
+            Err(e) => {
+                let reason = if matches!(e, ConsumerError::Trapped { .. }) { "policy_trapped" } else { "policy_error" };
+                return self.fail_at(i, reason, &e.to_string()).await.map(Some);
+            }
+        };
+        let now = self.now();
+        let mut s = s;
+        s.version += 1;
+        s.verdict = Some(verdict.clone());
+        s.updated_at = now;
+        let mut run = self.next_run(now);
+        let mut approvals = vec![];
+        let mut events = vec![NewEvent::new("step.verdict", Some(i), json!({ "verdict": verdict }))];
+        match &verdict {
+            Verdict::Allow => {
+                s.state = StepState::Executing;
+                events.push(NewEvent::new("step.executing", Some(i), json!({ "tool": call.tool })));
+            }
+            Verdict::Deny(reason) => {
+                s.state = StepState::Done;
+                s.observation = Some(Observation::message(ObservationKind::Denied, "reason", reason));
+                run.consecutive_failures += 1;
+                events.push(NewEvent::new("step.done", Some(i), json!({ "observation": s.observation })));
+                self.limit_failures(&mut run, &mut events);
+            }
+            Verdict::RequireApproval(req) => {
+                s.state = StepState::AwaitingApproval;
+                let a = self.new_approval(i, ApprovalKind::Policy, call.clone(), req.reason.clone(), req.presentation.clone(), now);
+                events.push(NewEvent::new("approval.requested", Some(i), json!({ "approval": a.id, "kind": a.kind, "tool": call.tool, "arguments": serde_json::from_str::<serde_json::Value>(&call.arguments).unwrap_or_default(), "reason": a.reason })));
+                events.push(NewEvent::new("run.paused", Some(i), json!({ "approval": a.id })));
+                run.status = RunStatus::WaitingForApproval;
+                approvals.push(a);
+            }
+            Verdict::Abort(reason) => {
+                s.state = StepState::Done;
+                s.observation = Some(Observation::message(ObservationKind::Final, "aborted", reason));
+                run.status = RunStatus::Failed;
+                run.reason = Some("policy_abort".into());
+                run.result = Some(json!({ "error": reason }).to_string());
+                events.push(NewEvent::new("step.done", Some(i), json!({ "observation": s.observation })));
+                events.push(NewEvent::new("run.failed", None, json!({ "reason": "policy_abort", "error": reason })));
+            }
+        }
+        self.commit(run, vec![s], approvals, events).await?;
+        match self.run.status {
+            RunStatus::WaitingForApproval => Ok(Some(self.pause_outcome().await?)),
+            st if st.is_terminal() => Ok(Some(Outcome { run: self.run.clone(), pending: None })),
+            _ => Ok(None),
+        }
+    }
+
+    /// Runs the tool of step `i` (already durably `executing`) and records
+    /// its result.
+    async fn execute(&mut self, i: u32) -> Flow<()> {
+        let call = self.steps[i as usize].call.clone().ok_or_else(|| DriverError::Invalid(format!("step {i} has no call")))?;
+        let result = {
+            let tools = self.c.tools.clone();
+            let c2 = call.clone();
+            // A native tool that panics takes only its task down.
+            let task = tokio::spawn(async move { tools.call(&c2).await });
+            let joined = match self.remaining() {
+                Some(left) => tokio::time::timeout(left, task).await.ok(),
+                None => Some(task.await),
+            };
+            match joined {
+                None => Err(ToolError::new("the run passed its wall-clock deadline while the tool ran")),
+                Some(Ok(r)) => r,
+                Some(Err(e)) => Err(ToolError::new(format!("the tool panicked: {}", panic_message(e)))),
+            }
+        };
+        if let Some(spec) = &self.rt.crash_at {
+            if spec == "tool.ran" {
+                std::process::abort();
+            }
+        }
+        let now = self.now();
+        let mut s = self.steps[i as usize].clone();
+        s.version += 1;
+        s.state = StepState::Done;
+        s.updated_at = now;
+        let mut run = self.next_run(now);
+        s.observation = Some(match result {
+            Ok(text) => match serde_json::from_str::<serde_json::Value>(&text) {
+                Ok(_) => {
+                    run.consecutive_failures = 0;
+                    Observation { kind: ObservationKind::ToolResult, content: text }
+                }
+                Err(e) => {
+                    run.consecutive_failures += 1;
+                    Observation::message(ObservationKind::ToolError, "error", &format!("the tool's result is not JSON: {e}"))
+                }
+            },
+            Err(e) => {
+                run.consecutive_failures += 1;
+                Observation::message(ObservationKind::ToolError, "error", &e.to_string())
+            }
+        });
+        let mut events = vec![NewEvent::new("step.done", Some(i), json!({ "observation": s.observation }))];
+        self.limit_failures(&mut run, &mut events);
+        let max_same = run.limits.max_identical_calls;
+        if max_same > 0 && !run.status.is_terminal() && self.identical_run(&s) >= max_same {
+            run.status = RunStatus::Failed;
+            run.reason = Some("limit_identical_calls".into());
+            let msg = format!("the same call with the same result {max_same} times in a row");
+            run.result = Some(json!({ "error": msg }).to_string());
+            events.push(NewEvent::new("run.failed", None, json!({ "reason": "limit_identical_calls", "error": msg })));
+        }
+        self.commit(run, vec![s], vec![], events).await
+    }
+
+    /// How many steps in a row, ending with `last`, made the same call and
+    /// got the same observation.
+    fn identical_run(&self, last: &Step) -> u32 {
+        let mut n = 1;
+        for prev in self.steps[..last.index as usize].iter().rev() {
+            if prev.call == last.call && prev.observation == last.observation && prev.call.is_some() {
+                n += 1;
+            } else {
+                break;
+            }
+        }
+        n
+    }
+}
+
+fn panic_message(e: tokio::task::JoinError) -> String {
+    match e.try_into_panic() {
+        Ok(p) => p
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "a panic without a message".into()),
+        Err(e) => e.to_string(),
+    }
+}

@@ -1,0 +1,25 @@
+//! Keel: a durable agent runtime and WebAssembly plugin host.
+//!
+//! * [`store`]: the SQLite store (schema, transitions, leases).
+//! * [`driver`]: the agent loop and its state machine.
+//! * [`consumer`]: the traits the loop drives (agent, policy, tools).
+//! * [`wasm`]: plugins as sandboxed WebAssembly components.
+//! * [`model`]: model providers and per-run accounting.
+//! * [`tools`]: the run's tool table and argument validation.
+//! * [`render`]: a run as chat messages for a model.
+//! * [`config`]: the TOML config of the `keel` binary.
+
+pub mod consumer;
+pub mod driver;
+pub mod model;
+pub mod render;
+pub mod store;
+pub mod tools;
+pub mod wasm;
+pub mod types;
+
+pub use consumer::{Agent, ConsumerError, FnTool, Policy, RunView, ToolError, ToolProvider};
+pub use driver::{Consumers, DriverError, Outcome, Runtime};
+pub use store::{Store, StoreError, StoreHandle, Sync};
+pub use tools::ToolSet;
+pub use types::*;

@@ -1,0 +1,54 @@
+//! Errors callers of the store match on.
+
+use crate::types::RunStatus;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("{path}: not a SQLite database, or the file is corrupt ({detail})")]
+    Corrupt { path: String, detail: String },
+    #[error("{path}: a SQLite database that is not a Keel store (application id {found:#x})")]
+    Foreign { path: String, found: i64 },
+    #[error("{path}: schema version {found} is newer than this keel understands ({supported}); upgrade keel")]
+    TooNew { path: String, found: i64, supported: i64 },
+    #[error("{path}: the store was never initialised; run a command that writes (such as `keel run`) first")]
+    Uninitialised { path: String },
+    #[error("the database is locked by another writer (waited {waited_ms} ms)")]
+    Locked { waited_ms: u64 },
+    #[error("the disk is full: the transition was rolled back and nothing was written")]
+    DiskFull,
+    #[error("the store was opened read-only")]
+    ReadOnly,
+    #[error("run {0} not found")]
+    RunNotFound(String),
+    #[error("approval {0} not found")]
+    ApprovalNotFound(String),
+    /// A compare-and-set failed: the run is no longer in the state the writer
+    /// expected (cancelled by an operator, or its lease taken over).
+    #[error("run {run_id} changed under this writer: it is {status} (lease owner {owner:?})")]
+    Conflict { run_id: String, status: RunStatus, owner: Option<String> },
+    #[error("run {run_id} is leased by {owner} until {expires} (ms since epoch)")]
+    Leased { run_id: String, owner: String, expires: i64 },
+    #[error("{0}")]
+    Refused(String),
+    #[error("stored row is not valid: {0}")]
+    BadRow(String),
+    #[error("sqlite: {0}")]
+    Sqlite(rusqlite::Error),
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        use rusqlite::ffi::ErrorCode;
+        if let rusqlite::Error::SqliteFailure(f, _) = &e {
+            match f.code {
+                ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked => {
+                    return StoreError::Locked { waited_ms: super::BUSY_TIMEOUT_MS }
+                }
+                ErrorCode::DiskFull => return StoreError::DiskFull,
+                ErrorCode::ReadOnly => return StoreError::ReadOnly,
+                _ => {}
+            }
+        }
+        StoreError::Sqlite(e)
+    }
+}

@@ -1,0 +1,663 @@
+//! The durable store: one SQLite file in WAL mode.
+//!
+//! Every state transition of a run is one transaction that also inserts its
+//! events, and every write is a compare-and-set on the run's status and lease
+//! owner. Writers sync every commit (`synchronous=FULL` by default). Operator
+//! tools open the file read-only: that never migrates and never writes.
+
+mod error;
+mod rows;
+mod schema;
+mod writer;
+
+pub use error::StoreError;
+pub use rows::{ApprovalRow, Event, StepRow};
+pub use schema::CURRENT_VERSION;
+pub use writer::StoreHandle;
+
+use crate::types::*;
+use rows::{read_event, read_run, APPROVAL_COLUMNS, RUN_COLUMNS, STEP_COLUMNS};
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension, TransactionBehavior};
+use std::path::Path;
+use std::time::Duration;
+
+/// How long a writer waits for another writer's lock before giving up.
+pub const BUSY_TIMEOUT_MS: u64 = 5_000;
+
+/// How commits reach the disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Sync {
+    /// Every commit is synced: a transition that returned survives power loss.
+    #[default]
+    Full,
+    /// WAL default: survives a crash of the process, may lose the last
+    /// commits on power loss. Only for benchmarks and tests.
+    Normal,
+}
+
+/// A handle on the store file.
+pub struct Store {
+    conn: Connection,
+    path: String,
+    read_only: bool,
+}
+
+/// An event about to be inserted with its transition.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewEvent {
+    pub step_index: Option<u32>,
+    pub kind: &'static str,
+    pub data: serde_json::Value,
+}
+
+impl NewEvent {
+    pub fn new(kind: &'static str, step_index: Option<u32>, data: serde_json::Value) -> NewEvent {
+        NewEvent { step_index, kind, data }
+    }
+}
+
+/// One state transition of one run: the run's new row, the steps and
+/// approvals it writes, and its events. `expect` is the compare-and-set.
+#[derive(Debug, Clone)]
+pub struct Transition {
+    pub expect: Expect,
+    pub run: Run,
+    pub steps: Vec<Step>,
+    pub approvals: Vec<Approval>,
+    pub events: Vec<NewEvent>,
+    /// Model calls made since the previous transition, recorded with it.
+    pub model_calls: Vec<ModelCallRecord>,
+}
+
+/// One call to the model provider, as accounted.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelCallRecord {
+    pub step_index: u32,
+    pub provider: String,
+    pub prompt_tokens: u32,
+    pub completion_tokens: u32,
+    /// `ok`, `error` or `refused_limit`.
+    pub outcome: &'static str,
+    pub error: Option<String>,
+    pub latency_ms: u64,
+}
+
+/// What the run row must still say for a transition to apply.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Expect {
+    pub status: RunStatus,
+    /// The lease owner that must hold the run (`None`: nobody may hold it).
+    pub owner: Option<String>,
+}
+
+/// What a committed transition wrote, decoded from the bound columns.
+#[derive(Debug, Clone)]
+pub struct Committed {
+    pub run: Run,
+    pub steps: Vec<Step>,
+    pub approvals: Vec<Approval>,
+    pub events: Vec<Event>,
+}
+
+impl Store {
+    /// Opens (creating and migrating as needed) a store for writing.
+    pub fn open(path: impl AsRef<Path>, sync: Sync) -> Result<Store, StoreError> {
+        let p = path.as_ref();
+        let path_s = p.display().to_string();
+        let conn = Connection::open_with_flags(
+            p,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(|e| classify_open(&path_s, e))?;
+        let mut store = Store { conn, path: path_s, read_only: false };
+        store.configure_writer(sync)?;
+        store.migrate()?;
+        Ok(store)
+    }
+
+    /// A private in-memory store (tests, benchmarks, the fan-out comparison).
+    pub fn open_in_memory() -> Result<Store, StoreError> {
+        let conn = Connection::open_in_memory()?;
+        let mut store = Store { conn, path: ":memory:".into(), read_only: false };
+        store.conn.busy_timeout(Duration::from_millis(BUSY_TIMEOUT_MS))?;
+        store.migrate()?;
+        Ok(store)
+    }
+
+    /// Opens an existing store for reading only: never creates, migrates or
+    /// writes. A store with a newer schema is still readable if it can be
+    /// decoded, but a foreign or corrupt file is refused.
+    pub fn open_read_only(path: impl AsRef<Path>) -> Result<Store, StoreError> {
+        let p = path.as_ref();
+        let path_s = p.display().to_string();
+        if !p.exists() {
+            return Err(StoreError::Uninitialised { path: path_s });
+        }
+        let conn = Connection::open_with_flags(
+            p,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(|e| classify_open(&path_s, e))?;
+        conn.busy_timeout(Duration::from_millis(BUSY_TIMEOUT_MS))?;
+        let store = Store { conn, path: path_s, read_only: true };
+        let (app, version) = store.identity()?;
+        if version == 0 {
+            return Err(StoreError::Uninitialised { path: store.path.clone() });
+        }
+        if app != schema::APPLICATION_ID {
+            return Err(StoreError::Foreign { path: store.path.clone(), found: app });
+        }
+        if version > CURRENT_VERSION {
+            return Err(StoreError::TooNew { path: store.path.clone(), found: version, supported: CURRENT_VERSION });
+        }
+        Ok(store)
+    }
+
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    fn configure_writer(&mut self, sync: Sync) -> Result<(), StoreError> {
+        self.conn.busy_timeout(Duration::from_millis(BUSY_TIMEOUT_MS))?;
+        // The first statement that reads the file tells a corrupt file apart.
+        let mode: String = self
+            .conn
+            .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
+            .map_err(|e| classify_open(&self.path, e))?;
+        if mode != "wal" && self.path != ":memory:" {
+            return Err(StoreError::Refused(format!("{}: cannot switch to WAL mode (got {mode})", self.path)));
+        }
+        let sync = match sync {
+            Sync::Full => "FULL",
+            Sync::Normal => "NORMAL",
+        };
+        self.conn.execute_batch(&format!("PRAGMA synchronous={sync}; PRAGMA foreign_keys=ON;"))?;
+        self.conn.set_prepared_statement_cache_capacity(64);
+        Ok(())
+    }
+
+    fn identity(&self) -> Result<(i64, i64), StoreError> {
+        let app: i64 = self
+            .conn
+            .query_row("PRAGMA application_id", [], |r| r.get(0))
+            .map_err(|e| classify_open(&self.path, e))?;
+        let version: i64 = self.conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        Ok((app, version))
+    }
+
+    fn migrate(&mut self) -> Result<(), StoreError> {
+        let (app, version) = self.identity()?;
+        if version > CURRENT_VERSION {
+            return Err(StoreError::TooNew { path: self.path.clone(), found: version, supported: CURRENT_VERSION });
+        }
+        let has_tables: i64 =
+            self.conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))?;
+        if app != schema::APPLICATION_ID && (version != 0 || has_tables != 0) {
+            return Err(StoreError::Foreign { path: self.path.clone(), found: app });
+        }
+        if version == CURRENT_VERSION {
+            return Ok(());
+        }
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        for (i, m) in schema::MIGRATIONS.iter().enumerate().skip(version as usize) {
+            tx.execute_batch(m)?;
+            tx.pragma_update(None, "user_version", (i + 1) as i64)?;
+        }
+        tx.pragma_update(None, "application_id", schema::APPLICATION_ID)?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn writable(&self) -> Result<(), StoreError> {
+        if self.read_only {
+            Err(StoreError::ReadOnly)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Inserts a new run (status `running`, leased to `run.lease_owner`) with
+    /// its `run.started` event.
+    pub fn create_run(&mut self, run: &Run, events: Vec<NewEvent>) -> Result<Committed, StoreError> {
+        self.writable()?;
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        tx.prepare_cached(&format!(
+            "INSERT INTO runs ({RUN_COLUMNS}) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15)"
+        ))?
+        .execute(params![
+            run.id,
+            run.goal,
+            run.status.as_str(),
+            run.reason,
+            run.result,
+            serde_json::to_string(&run.limits).map_err(|e| StoreError::Refused(e.to_string()))?,
+            run.meta,
+            run.step_count,
+            run.model_calls,
+            run.tokens as i64,
+            run.consecutive_failures,
+            run.lease_owner,
+            run.lease_expires,
+            run.created_at,
+            run.updated_at
+        ])?;
+        let events = insert_events(&tx, &run.id, run.updated_at, events)?;
+        tx.commit()?;
+        Ok(Committed { run: run.clone(), steps: vec![], approvals: vec![], events })
+    }
+
+    /// Applies one transition in its own transaction.
+    pub fn commit(&mut self, t: Transition) -> Result<Committed, StoreError> {
+        self.writable()?;
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let done = apply(&tx, t)?;
+        tx.commit()?;
+        Ok(done)
+    }
+
+    /// Applies many runs' transitions in one transaction (group commit): each
+    /// inside its own savepoint, so one failed compare-and-set rolls back only
+    /// that transition. One sync covers them all.
+    pub fn commit_group(&mut self, ts: Vec<Transition>) -> Result<Vec<Result<Committed, StoreError>>, StoreError> {
+        self.writable()?;
+        let mut tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut out = Vec::with_capacity(ts.len());
+        for t in ts {
+            let sp = tx.savepoint()?;
+            match apply(&sp, t) {
+                Ok(c) => {
+                    sp.commit()?;
+                    out.push(Ok(c));
+                }
+                Err(e @ (StoreError::Conflict { .. } | StoreError::RunNotFound(_))) => {
+                    drop(sp); // rolls back this transition only
+                    out.push(Err(e));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        tx.commit()?;
+        Ok(out)
+    }
+
+    pub fn get_run(&self, id: &str) -> Result<Option<Run>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE id=?1"))?;
+        let mut rows = stmt.query([id])?;
+        match rows.next()? {
+            Some(r) => Ok(Some(read_run(r)?)),
+            None => Ok(None),
+        }
+    }
+
+    pub fn run(&self, id: &str) -> Result<Run, StoreError> {
+        self.get_run(id)?.ok_or_else(|| StoreError::RunNotFound(id.to_string()))
+    }
+
+    /// Runs, newest first.
+    pub fn list_runs(&self, status: Option<RunStatus>, limit: u32) -> Result<Vec<Run>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {RUN_COLUMNS} FROM runs WHERE (?1 IS NULL OR status=?1) ORDER BY created_at DESC, id DESC LIMIT ?2"
+        ))?;
+        let mut rows = stmt.query(params![status.map(|s| s.as_str()), limit])?;
+        let mut out = Vec::new();
+        while let Some(r) = rows.next()? {
+            out.push(read_run(r)?);
+        }
+        Ok(out)
+    }
+
+    pub fn step_rows(&self, run_id: &str) -> Result<Vec<StepRow>, StoreError> {
+        let mut stmt =
+            self.conn.prepare_cached(&format!("SELECT {STEP_COLUMNS} FROM steps WHERE run_id=?1 ORDER BY idx"))?;
+        let rows = stmt.query_map([run_id], StepRow::read)?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    }
+
+    pub fn load_steps(&self, run_id: &str) -> Result<Vec<Step>, StoreError> {
+        self.step_rows(run_id)?.iter().map(StepRow::decode).collect()
+    }
+
+    pub fn approval_rows(&self, run_id: &str) -> Result<Vec<ApprovalRow>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {APPROVAL_COLUMNS} FROM approvals WHERE run_id=?1 ORDER BY created_at, id"
+        ))?;
+        let rows = stmt.query_map([run_id], ApprovalRow::read)?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    }
+
+    pub fn load_approvals(&self, run_id: &str) -> Result<Vec<Approval>, StoreError> {
+        self.approval_rows(run_id)?.iter().map(ApprovalRow::decode).collect()
+    }
+
+    pub fn approval(&self, id: &str) -> Result<Approval, StoreError> {
+        let mut stmt =
+            self.conn.prepare_cached(&format!("SELECT {APPROVAL_COLUMNS} FROM approvals WHERE id=?1"))?;
+        let row = stmt.query_row([id], ApprovalRow::read).optional()?;
+        row.ok_or_else(|| StoreError::ApprovalNotFound(id.to_string()))?.decode()
+    }
+
+    /// Events with a sequence number above `after`, oldest first; all runs'
+    /// when `run_id` is `None`. Followers poll this.
+    pub fn events_after(&self, run_id: Option<&str>, after: i64, limit: u32) -> Result<Vec<Event>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT seq, run_id, step_idx, kind, data, at FROM events
+             WHERE seq > ?1 AND (?2 IS NULL OR run_id = ?2) ORDER BY seq LIMIT ?3",
+        )?;
+        let rows = stmt.query_map(params![after, run_id, limit], read_event)?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    }
+
+    /// Number of model calls recorded for a run.
+    pub fn model_call_count(&self, run_id: &str) -> Result<u32, StoreError> {
+        Ok(self.conn.query_row("SELECT count(*) FROM model_calls WHERE run_id=?1", [run_id], |r| r.get(0))?)
+    }
+
+    /// Takes the run's lease for `owner` if nobody holds it, it is `owner`'s,
+    /// or it expired (recorded as a `lease.taken_over` event).
+    pub fn acquire_lease(&mut self, run_id: &str, owner: &str, now: i64, ttl_ms: i64) -> Result<Run, StoreError> {
+        self.writable()?;
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let run = {
+            let mut stmt = tx.prepare_cached(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE id=?1"))?;
+            let mut rows = stmt.query([run_id])?;
+            match rows.next()? {
+                Some(r) => read_run(r)?,
+                None => return Err(StoreError::RunNotFound(run_id.to_string())),
+            }
+        };
+        let mut events = Vec::new();
+        match (&run.lease_owner, run.lease_expires) {
+            (Some(o), Some(exp)) if o != owner && exp > now => {
+                return Err(StoreError::Leased { run_id: run_id.into(), owner: o.clone(), expires: exp })
+            }
+            (Some(o), _) if o != owner => events.push(NewEvent::new(
+                "lease.taken_over",
+                None,
+                serde_json::json!({ "from": o, "to": owner, "expired_at": run.lease_expires }),
+            )),
+            _ => {}
+        }
+        let n = tx
+            .prepare_cached(
+                "UPDATE runs SET lease_owner=?2, lease_expires=?3 WHERE id=?1 AND lease_owner IS ?4",
+            )?
+            .execute(params![run_id, owner, now + ttl_ms, run.lease_owner])?;
+        if n != 1 {
+            return Err(StoreError::Refused(format!("run {run_id}: lease changed while taking it")));
+        }
+        insert_events(&tx, run_id, now, events)?;
+        tx.commit()?;
+        let mut run = run;
+        run.lease_owner = Some(owner.to_string());
+        run.lease_expires = Some(now + ttl_ms);
+        Ok(run)
+    }
+
+    /// Extends `owner`'s lease. `false` when it no longer holds it.
+    pub fn heartbeat(&mut self, run_id: &str, owner: &str, now: i64, ttl_ms: i64) -> Result<bool, StoreError> {
+        self.writable()?;
+        let n = self
+            .conn
+            .prepare_cached("UPDATE runs SET lease_expires=?3 WHERE id=?1 AND lease_owner=?2")?
+            .execute(params![run_id, owner, now + ttl_ms])?;
+        Ok(n == 1)
+    }
+
+    /// Gives the lease up (the loop returns: paused, finished or stopped).
+    pub fn release_lease(&mut self, run_id: &str, owner: &str) -> Result<(), StoreError> {
+        self.writable()?;
+        self.conn
+            .prepare_cached("UPDATE runs SET lease_owner=NULL, lease_expires=NULL WHERE id=?1 AND lease_owner=?2")?
+            .execute(params![run_id, owner])?;
+        Ok(())
+    }
+
+    /// Cancels a run from any process. A live loop's next write fails its
+    /// compare-and-set and the loop returns the cancelled run.
+    pub fn cancel(&mut self, run_id: &str, who: &str, now: i64) -> Result<Run, StoreError> {
+        self.writable()?;
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let run = {
+            let mut stmt = tx.prepare_cached(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE id=?1"))?;
+            let mut rows = stmt.query([run_id])?;
+            match rows.next()? {
+                Some(r) => read_run(r)?,
+                None => return Err(StoreError::RunNotFound(run_id.to_string())),
+            }
+        };
+        if run.status.is_terminal() {
+            return Err(StoreError::Refused(format!("run {run_id} is already {}", run.status)));
+        }
+        tx.prepare_cached(
+            "UPDATE runs SET status='cancelled', reason='operator_cancelled', updated_at=?2 WHERE id=?1 AND status=?3",
+        )?
+        .execute(params![run_id, now, run.status.as_str()])?;
+        insert_events(
+            &tx,
+            run_id,
+            now,
+            vec![NewEvent::new("run.cancelled", None, serde_json::json!({ "by": who, "was": run.status }))],
+        )?;
+        tx.commit()?;
+        self.run(run_id)
+    }
+
+    /// Records an operator's approval or denial of a pending approval. The
+    /// run is left paused; `resume` acts on it.
+    pub fn decide_approval(
+        &mut self,
+        approval_id: &str,
+        approve: bool,
+        who: &str,
+        note: Option<&str>,
+        now: i64,
+    ) -> Result<Approval, StoreError> {
+        self.writable()?;
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let row = tx
+            .prepare_cached(&format!("SELECT {APPROVAL_COLUMNS} FROM approvals WHERE id=?1"))?
+            .query_row([approval_id], ApprovalRow::read)
+            .optional()?
+            .ok_or_else(|| StoreError::ApprovalNotFound(approval_id.to_string()))?;
+        let a = row.decode()?;
+        if a.status != ApprovalStatus::Pending {
+            return Err(StoreError::Refused(format!("approval {approval_id} is not pending: it is {}", a.status)));
+        }
+        if let Some(exp) = a.expires_at {
+            if exp <= now {
+                return Err(StoreError::Refused(format!(
+                    "approval {approval_id} expired; resume the run to record the expiry"
+                )));
+            }
+        }
+        let status: String = tx.query_row("SELECT status FROM runs WHERE id=?1", [&a.run_id], |r| r.get(0))?;
+        if status != RunStatus::WaitingForApproval.as_str() {
+            return Err(StoreError::Refused(format!("run {} is {status}, not waiting for approval", a.run_id)));
+        }
+        let new_status = if approve { ApprovalStatus::Approved } else { ApprovalStatus::Denied };
+        tx.prepare_cached(
+            "UPDATE approvals SET status=?2, decided_by=?3, note=?4, decided_at=?5 WHERE id=?1 AND status='pending'",
+        )?
+        .execute(params![approval_id, new_status.as_str(), who, note, now])?;
+        let kind = if approve { "approval.approved" } else { "approval.denied" };
+        insert_events(
+            &tx,
+            &a.run_id,
+            now,
+            vec![NewEvent::new(
+                kind,
+                Some(a.step_index),
+                serde_json::json!({ "approval": approval_id, "by": who, "note": note }),
+            )],
+        )?;
+        tx.commit()?;
+        self.approval(approval_id)
+    }
+
+    /// Pending approvals of every run, oldest first.
+    pub fn pending_approvals(&self) -> Result<Vec<Approval>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {APPROVAL_COLUMNS} FROM approvals WHERE status='pending' ORDER BY created_at, id"
+        ))?;
+        let rows = stmt.query_map([], ApprovalRow::read)?;
+        rows.map(|r| r.map_err(StoreError::from).and_then(|r| r.decode())).collect()
+    }
+
+    /// Direct access for tests that tamper with rows.
+    #[doc(hidden)]
+    pub fn connection(&self) -> &Connection {
+        &self.conn
+    }
+}
+
+fn apply(tx: &rusqlite::Connection, t: Transition) -> Result<Committed, StoreError> {
+    let run = &t.run;
+    let limits = serde_json::to_string(&run.limits).map_err(|e| StoreError::Refused(e.to_string()))?;
+    let n = tx
+        .prepare_cached(
+            "UPDATE runs SET status=?2, reason=?3, result=?4, limits=?5, step_count=?6, model_calls=?7, tokens=?8,
+                consecutive_failures=?9, lease_owner=?10, lease_expires=?11, updated_at=?12
+             WHERE id=?1 AND status=?13 AND lease_owner IS ?14",
+        )?
+        .execute(params![
+            run.id,
+            run.status.as_str(),
+            run.reason,
+            run.result,
+            limits,
+            run.step_count,
+            run.model_calls,
+            run.tokens as i64,
+            run.consecutive_failures,
+            run.lease_owner,
+            run.lease_expires,
+            run.updated_at,
+            t.expect.status.as_str(),
+            t.expect.owner,
+        ])?;
+    if n != 1 {
+        let cur: Option<(String, Option<String>)> = tx
+            .query_row("SELECT status, lease_owner FROM runs WHERE id=?1", [&run.id], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()?;
+        return Err(match cur {
+            None => StoreError::RunNotFound(run.id.clone()),
+            Some((status, owner)) => StoreError::Conflict {
+                run_id: run.id.clone(),
+                status: status.parse().map_err(StoreError::BadRow)?,
+                owner,
+            },
+        });
+    }
+    let mut steps = Vec::with_capacity(t.steps.len());
+    for s in &t.steps {
+        let row = StepRow::encode(&run.id, s);
+        tx.prepare_cached(&format!(
+            "INSERT INTO steps ({STEP_COLUMNS}) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13)
+             ON CONFLICT(run_id, idx) DO UPDATE SET version=excluded.version, state=excluded.state,
+               decision=excluded.decision, call_tool=excluded.call_tool, call_args=excluded.call_args,
+               effect=excluded.effect, verdict=excluded.verdict, obs_kind=excluded.obs_kind,
+               obs_content=excluded.obs_content, updated_at=excluded.updated_at"
+        ))?
+        .execute(params![
+            row.run_id,
+            row.idx,
+            row.version,
+            row.state,
+            row.decision,
+            row.call_tool,
+            row.call_args,
+            row.effect,
+            row.verdict,
+            row.obs_kind,
+            row.obs_content,
+            row.started_at,
+            row.updated_at
+        ])?;
+        steps.push(row.decode()?);
+    }
+    let mut approvals = Vec::with_capacity(t.approvals.len());
+    for a in &t.approvals {
+        let row = ApprovalRow::encode(a);
+        tx.prepare_cached(&format!(
+            "INSERT INTO approvals ({APPROVAL_COLUMNS}) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15)
+             ON CONFLICT(id) DO UPDATE SET status=excluded.status, decided_by=excluded.decided_by,
+               note=excluded.note, decided_at=excluded.decided_at"
+        ))?
+        .execute(params![
+            row.id,
+            row.run_id,
+            row.step_idx,
+            row.kind,
+            row.status,
+            row.tool,
+            row.arguments,
+            row.reason,
+            row.presentation,
+            row.hash,
+            row.created_at,
+            row.expires_at,
+            row.decided_by,
+            row.note,
+            row.decided_at
+        ])?;
+        approvals.push(row.decode()?);
+    }
+    for m in &t.model_calls {
+        tx.prepare_cached(
+            "INSERT INTO model_calls (run_id, step_idx, provider, prompt_tokens, completion_tokens, outcome, error, latency_ms, at)
+             VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9)",
+        )?
+        .execute(params![
+            run.id,
+            m.step_index,
+            m.provider,
+            m.prompt_tokens,
+            m.completion_tokens,
+            m.outcome,
+            m.error,
+            m.latency_ms as i64,
+            run.updated_at
+        ])?;
+    }
+    let events = insert_events(tx, &run.id, run.updated_at, t.events)?;
+    Ok(Committed { run: t.run, steps, approvals, events })
+}
+
+fn insert_events(
+    tx: &rusqlite::Connection,
+    run_id: &str,
+    at: i64,
+    events: Vec<NewEvent>,
+) -> Result<Vec<Event>, StoreError> {
+    let mut out = Vec::with_capacity(events.len());
+    let mut stmt = tx.prepare_cached("INSERT INTO events (run_id, step_idx, kind, data, at) VALUES (?1,?2,?3,?4,?5)")?;
+    for e in events {
+        let data = e.data.to_string();
+        stmt.execute(params![run_id, e.step_index, e.kind, data, at])?;
+        out.push(Event {
+            seq: tx.last_insert_rowid(),
+            run_id: run_id.to_string(),
+            step_index: e.step_index,
+            kind: e.kind.to_string(),
+            data,
+            at,
+        });
+    }
+    Ok(out)
+}
+
+fn classify_open(path: &str, e: rusqlite::Error) -> StoreError {
+    use rusqlite::ffi::ErrorCode;
+    if let rusqlite::Error::SqliteFailure(f, msg) = &e {
+        match f.code {
+            ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt => {
+                return StoreError::Corrupt { path: path.to_string(), detail: msg.clone().unwrap_or_default() }
+            }
+            ErrorCode::CannotOpen => {
+                return StoreError::Refused(format!("{path}: cannot open ({})", msg.clone().unwrap_or_default()))
+            }
+            _ => {}
+        }
+    }
+    StoreError::from(e)
+}

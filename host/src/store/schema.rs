@@ -1,0 +1,90 @@
+//! Schema and migrations, versioned with `PRAGMA user_version`.
+
+/// `PRAGMA application_id` of a Keel store ("KEEL"), to tell a Keel database
+/// from someone else's SQLite file.
+pub const APPLICATION_ID: i64 = 0x4B45_454C;
+
+/// Migrations in order; migration `i` moves `user_version` from `i` to `i+1`.
+pub const MIGRATIONS: &[&str] = &[r#"
+CREATE TABLE runs (
+    id                   TEXT PRIMARY KEY,
+    goal                 TEXT NOT NULL,
+    status               TEXT NOT NULL,
+    reason               TEXT,
+    result               TEXT,
+    limits               TEXT NOT NULL,
+    meta                 TEXT NOT NULL,
+    step_count           INTEGER NOT NULL,
+    model_calls          INTEGER NOT NULL,
+    tokens               INTEGER NOT NULL,
+    consecutive_failures INTEGER NOT NULL,
+    lease_owner          TEXT,
+    lease_expires        INTEGER,
+    created_at           INTEGER NOT NULL,
+    updated_at           INTEGER NOT NULL
+);
+CREATE INDEX runs_status ON runs(status);
+
+CREATE TABLE steps (
+    run_id      TEXT NOT NULL REFERENCES runs(id),
+    idx         INTEGER NOT NULL,
+    version     INTEGER NOT NULL,
+    state       TEXT NOT NULL,
+    decision    TEXT,
+    call_tool   TEXT,
+    call_args   TEXT,
+    effect      TEXT,
+    verdict     TEXT,
+    obs_kind    TEXT,
+    obs_content TEXT,
+    started_at  INTEGER NOT NULL,
+    updated_at  INTEGER NOT NULL,
+    PRIMARY KEY (run_id, idx)
+) WITHOUT ROWID;
+
+CREATE TABLE approvals (
+    id           TEXT PRIMARY KEY,
+    run_id       TEXT NOT NULL REFERENCES runs(id),
+    step_idx     INTEGER NOT NULL,
+    kind         TEXT NOT NULL,
+    status       TEXT NOT NULL,
+    tool         TEXT NOT NULL,
+    arguments    TEXT NOT NULL,
+    reason       TEXT NOT NULL,
+    presentation TEXT NOT NULL,
+    hash         TEXT NOT NULL,
+    created_at   INTEGER NOT NULL,
+    expires_at   INTEGER,
+    decided_by   TEXT,
+    note         TEXT,
+    decided_at   INTEGER
+);
+CREATE INDEX approvals_run ON approvals(run_id, created_at);
+
+CREATE TABLE events (
+    seq      INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id   TEXT NOT NULL,
+    step_idx INTEGER,
+    kind     TEXT NOT NULL,
+    data     TEXT NOT NULL,
+    at       INTEGER NOT NULL
+);
+CREATE INDEX events_run ON events(run_id, seq);
+
+CREATE TABLE model_calls (
+    id                INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id            TEXT NOT NULL,
+    step_idx          INTEGER NOT NULL,
+    provider          TEXT NOT NULL,
+    prompt_tokens     INTEGER NOT NULL,
+    completion_tokens INTEGER NOT NULL,
+    outcome           TEXT NOT NULL,
+    error             TEXT,
+    latency_ms        INTEGER NOT NULL,
+    at                INTEGER NOT NULL
+);
+CREATE INDEX model_calls_run ON model_calls(run_id, id);
+"#];
+
+/// The schema version this binary writes.
+pub const CURRENT_VERSION: i64 = MIGRATIONS.len() as i64;

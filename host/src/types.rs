@@ -1,0 +1,320 @@
+//! The run's vocabulary, shared by the store, the loop and every consumer.
+//!
+//! These mirror the WIT types of `keel:plugin`; `wasm::convert` maps between
+//! the two. JSON payloads are kept as text: the store keeps exactly what it
+//! was given, and consumers parse only what they read.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+/// Declares an enum with a fixed text spelling used in the store, JSON and
+/// the CLI, with `as_str` and `FromStr`.
+macro_rules! spelled_enum {
+    ($(#[$m:meta])* pub enum $name:ident { $($(#[$vm:meta])* $v:ident = $s:literal),+ $(,)? }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        pub enum $name { $($(#[$vm])* #[serde(rename = $s)] $v),+ }
+        impl $name {
+            pub const ALL: &'static [$name] = &[$($name::$v),+];
+            pub fn as_str(self) -> &'static str { match self { $($name::$v => $s),+ } }
+        }
+        impl FromStr for $name {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, String> {
+                match s { $($s => Ok($name::$v),)+ _ => Err(format!("{s:?} is not a valid {}", stringify!($name))) }
+            }
+        }
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result { f.write_str(self.as_str()) }
+        }
+    };
+}
+
+spelled_enum! {
+    /// What running a tool may do to the world.
+    pub enum Effect {
+        ReadOnly = "read-only",
+        Idempotent = "idempotent",
+        LocalMutation = "local-mutation",
+        RemoteMutation = "remote-mutation",
+        Destructive = "destructive",
+    }
+}
+
+impl Effect {
+    /// May a call with this effect run again after a crash interrupted it?
+    pub fn safe_to_retry(self) -> bool {
+        matches!(self, Effect::ReadOnly | Effect::Idempotent)
+    }
+}
+
+spelled_enum! {
+    pub enum RunStatus {
+        Running = "running",
+        WaitingForApproval = "waiting_for_approval",
+        Completed = "completed",
+        Failed = "failed",
+        Cancelled = "cancelled",
+    }
+}
+
+impl RunStatus {
+    pub fn is_terminal(self) -> bool {
+        matches!(self, RunStatus::Completed | RunStatus::Failed | RunStatus::Cancelled)
+    }
+}
+
+spelled_enum! {
+    pub enum StepState {
+        Started = "started",
+        Decided = "decided",
+        AwaitingApproval = "awaiting_approval",
+        Executing = "executing",
+        Done = "done",
+        Interrupted = "interrupted",
+    }
+}
+
+spelled_enum! {
+    pub enum ObservationKind {
+        ToolResult = "tool_result",
+        ToolError = "tool_error",
+        Denied = "denied",
+        InvalidDecision = "invalid_decision",
+        Final = "final",
+    }
+}
+
+spelled_enum! {
+    pub enum ApprovalKind {
+        Policy = "policy",
+        InterruptedSideEffect = "interrupted_side_effect",
+    }
+}
+
+spelled_enum! {
+    pub enum ApprovalStatus {
+        Pending = "pending",
+        Approved = "approved",
+        Denied = "denied",
+        Expired = "expired",
+    }
+}
+
+/// A tool as agents and policies see it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: String,
+    /// JSON Schema of the arguments object, as JSON text.
+    pub parameters: String,
+    pub effect: Effect,
+}
+
+/// A request to run one tool. `arguments` is JSON text: verbatim as the agent
+/// gave it inside a decision, canonical once validated.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCall {
+    pub tool: String,
+    pub arguments: String,
+}
+
+/// What an agent wants next, exactly as it said it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Decision {
+    Call(ToolCall),
+    /// JSON text of the run's result.
+    Complete(String),
+    Fail(String),
+    /// The agent could not produce a usable decision this time.
+    Invalid(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApprovalRequest {
+    pub reason: String,
+    /// JSON text shown beside the call.
+    pub presentation: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    Allow,
+    Deny(String),
+    RequireApproval(ApprovalRequest),
+    Abort(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Observation {
+    pub kind: ObservationKind,
+    /// JSON text.
+    pub content: String,
+}
+
+impl Observation {
+    /// An observation whose content is `{"<key>": "<text>"}`.
+    pub fn message(kind: ObservationKind, key: &str, text: &str) -> Observation {
+        let mut m = serde_json::Map::new();
+        m.insert(key.to_string(), serde_json::Value::String(text.to_string()));
+        Observation { kind, content: serde_json::Value::Object(m).to_string() }
+    }
+}
+
+/// One step as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Step {
+    pub index: u32,
+    pub version: u32,
+    pub state: StepState,
+    pub decision: Option<Decision>,
+    /// The validated call (canonical arguments) and its tool's effect, once
+    /// the decision was found valid.
+    pub call: Option<ToolCall>,
+    pub effect: Option<Effect>,
+    pub verdict: Option<Verdict>,
+    pub observation: Option<Observation>,
+    pub started_at: i64,
+    pub updated_at: i64,
+}
+
+/// An operator's decision point.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Approval {
+    pub id: String,
+    pub run_id: String,
+    pub step_index: u32,
+    pub kind: ApprovalKind,
+    pub status: ApprovalStatus,
+    pub call: ToolCall,
+    pub reason: String,
+    pub presentation: String,
+    /// sha256 over exactly what the operator is shown.
+    pub hash: String,
+    pub created_at: i64,
+    pub expires_at: Option<i64>,
+    pub decided_by: Option<String>,
+    pub note: Option<String>,
+    pub decided_at: Option<i64>,
+}
+
+/// A run's limits. Zero or `None` means "no limit" only where said.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    pub max_steps: u32,
+    pub max_consecutive_failures: u32,
+    /// A call with the same tool, arguments and result this many times in a
+    /// row ends the run.
+    pub max_identical_calls: u32,
+    /// Wall-clock deadline from the run's start, in milliseconds.
+    pub deadline_ms: Option<u64>,
+    pub max_model_calls: u32,
+    pub max_tokens: u64,
+    /// How long an approval stays pending before it expires, in milliseconds.
+    pub approval_ttl_ms: Option<u64>,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_steps: 100,
+            max_consecutive_failures: 5,
+            max_identical_calls: 3,
+            deadline_ms: None,
+            max_model_calls: 200,
+            max_tokens: 2_000_000,
+            approval_ttl_ms: None,
+        }
+    }
+}
+
+/// A run as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Run {
+    pub id: String,
+    pub goal: String,
+    pub status: RunStatus,
+    /// Why a terminal run ended (`completed`, `limit_steps`, `policy_abort`,
+    /// `operator_cancelled`, `agent_trapped`, ...).
+    pub reason: Option<String>,
+    /// JSON text of the result of a completed run.
+    pub result: Option<String>,
+    pub limits: Limits,
+    /// Opaque JSON the embedder stored with the run (the CLI keeps the config
+    /// path here so that `resume` can rebuild the consumers).
+    pub meta: String,
+    pub step_count: u32,
+    pub model_calls: u32,
+    pub tokens: u64,
+    pub consecutive_failures: u32,
+    pub lease_owner: Option<String>,
+    pub lease_expires: Option<i64>,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+/// Canonical JSON: object keys sorted, no insignificant whitespace. This is
+/// what the store keeps for validated arguments and what approval hashes cover.
+pub fn canonical_json(value: &serde_json::Value) -> String {
+    let mut out = String::new();
+    write_canonical(value, &mut out);
+    out
+}
+
+fn write_canonical(value: &serde_json::Value, out: &mut String) {
+    use serde_json::Value;
+    match value {
+        Value::Object(map) => {
+            // Sort explicitly: the map's own order depends on serde_json features.
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (i, k) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(k.clone()).to_string());
+                out.push(':');
+                write_canonical(&map[k], out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, v) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_canonical(v, out);
+            }
+            out.push(']');
+        }
+        other => out.push_str(&other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spellings_round_trip() {
+        for e in Effect::ALL {
+            assert_eq!(e.as_str().parse::<Effect>().unwrap(), *e);
+        }
+        for s in StepState::ALL {
+            assert_eq!(s.as_str().parse::<StepState>().unwrap(), *s);
+        }
+        assert!("bogus".parse::<RunStatus>().is_err());
+    }
+
+    #[test]
+    fn canonical_json_sorts_keys() {
+        let v: serde_json::Value = serde_json::from_str(r#"{ "b": 1, "a": [ 2, {"d":1,"c":2} ] }"#).unwrap();
+        assert_eq!(canonical_json(&v), r#"{"a":[2,{"c":2,"d":1}],"b":1}"#);
+    }
+}

@@ -1,0 +1,331 @@
+//! Live plugin instances behind the loop's consumer traits.
+
+use super::bindings::{agent, policy, tool};
+use super::limits::{classify, PluginLimits};
+use super::{convert, delta::DeltaTracker, HostState, Plugin, PluginPre, WasmHost};
+use crate::consumer::{Agent, ConsumerError, EventSink, Policy, RunView, ToolError, ToolProvider, TrapKind};
+use crate::model::ModelGate;
+use crate::types::*;
+use async_trait::async_trait;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+use wasmtime::{Store, UpdateDeadline};
+use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
+
+/// A store for one instance, with its limits wired in.
+fn new_store(host: &WasmHost, plugin: &Plugin, limits: &PluginLimits, wasi: WasiCtxBuilder) -> Store<HostState> {
+    let mut limits = limits.clone();
+    limits.memory_bytes = limits.memory_bytes.min(host.options().max_memory_bytes);
+    let mut store = Store::new(host.engine(), HostState::new(&plugin.name, &limits, wasi));
+    store.limiter(|s| &mut s.limits);
+    store.set_epoch_deadline(1);
+    store.epoch_deadline_callback(|ctx| {
+        if Instant::now() >= ctx.data().deadline {
+            Ok(UpdateDeadline::Interrupt)
+        } else {
+            // Let other runs on this thread make progress, then go on.
+            Ok(UpdateDeadline::Yield(1))
+        }
+    });
+    store
+}
+
+/// Sets the per-call budgets.
+fn arm(store: &mut Store<HostState>) -> Result<(), ConsumerError> {
+    let fuel = store.data().plugin_limits.fuel;
+    store.set_fuel(fuel).map_err(|e| ConsumerError::Failed(format!("cannot set fuel: {e}")))?;
+    store.data_mut().arm();
+    Ok(())
+}
+
+fn trapped(store: &Store<HostState>, e: &wasmtime::Error) -> ConsumerError {
+    let (kind, message) = classify(e, &store.data().stderr_text());
+    ConsumerError::Trapped { kind, message: format!("{}: {message}", store.data().plugin) }
+}
+
+fn too_big(store: &Store<HostState>, what: &str, len: usize) -> Option<ConsumerError> {
+    let max = store.data().plugin_limits.max_output_bytes;
+    (len > max).then(|| ConsumerError::Trapped {
+        kind: TrapKind::BadOutput,
+        message: format!("{}: {what} of {len} bytes exceeds the plugin's output limit of {max} bytes", store.data().plugin),
+    })
+}
+
+fn decision_size(d: &Decision) -> usize {
+    match d {
+        Decision::Call(c) => c.tool.len() + c.arguments.len(),
+        Decision::Complete(s) | Decision::Fail(s) | Decision::Invalid(s) => s.len(),
+    }
+}
+
+fn verdict_size(v: &Verdict) -> usize {
+    match v {
+        Verdict::Allow => 0,
+        Verdict::Deny(s) | Verdict::Abort(s) => s.len(),
+        Verdict::RequireApproval(a) => a.reason.len() + a.presentation.len(),
+    }
+}
+
+fn no_capabilities() -> WasiCtxBuilder {
+    WasiCtxBuilder::new()
+}
+
+/// An agent component serving one run.
+pub struct WasmAgent {
+    store: Store<HostState>,
+    bindings: agent::Agent,
+    tracker: DeltaTracker,
+    dead: Option<ConsumerError>,
+}
+
+impl WasmAgent {
+    /// Instantiates `plugin` for one run and calls its `init`.
+    pub async fn new(
+        host: &WasmHost,
+        plugin: &Plugin,
+        config: &str,
+        tools: &[ToolSpec],
+        limits: &PluginLimits,
+        model: Arc<ModelGate>,
+        sink: Arc<EventSink>,
+    ) -> Result<WasmAgent, ConsumerError> {
+        let PluginPre::Agent(pre) = &plugin.pre else {
+            return Err(ConsumerError::Failed(format!("{} is a {} plugin, not an agent", plugin.name, plugin.world)));
+        };
+        let mut store = new_store(host, plugin, limits, no_capabilities());
+        store.data_mut().model = Some(model);
+        store.data_mut().sink = Some(sink);
+        arm(&mut store)?;
+        let bindings = pre.instantiate_async(&mut store).await.map_err(|e| trapped(&store, &e))?;
+        let specs: Vec<_> = tools.iter().map(convert::tool_spec_out).collect();
+        arm(&mut store)?;
+        match bindings.call_init(&mut store, &config.to_string(), &specs).await {
+            Ok(Ok(())) => {}
+            Ok(Err(msg)) => return Err(ConsumerError::Failed(format!("{}: init: {msg}", plugin.name))),
+            Err(e) => return Err(trapped(&store, &e)),
+        }
+        Ok(WasmAgent { store, bindings, tracker: DeltaTracker::default(), dead: None })
+    }
+}
+
+#[async_trait]
+impl Agent for WasmAgent {
+    async fn decide(&mut self, view: RunView<'_>) -> Result<Decision, ConsumerError> {
+        if let Some(e) = &self.dead {
+            return Err(e.clone());
+        }
+        let delta = self.tracker.delta(view);
+        self.store.data_mut().step = Some(view.run.step_count.saturating_sub(1));
+        arm(&mut self.store)?;
+        let result = match self.bindings.call_decide(&mut self.store, &delta).await {
+            Ok(Ok(d)) => {
+                let d = convert::decision_in(d);
+                match too_big(&self.store, "the decision", decision_size(&d)) {
+                    Some(e) => Err(e),
+                    None => Ok(d),
+                }
+            }
+            Ok(Err(msg)) => Err(ConsumerError::Failed(msg)),
+            Err(e) => Err(trapped(&self.store, &e)),
+        };
+        if let Err(e) = &result {
+            self.tracker.invalidate();
+            if matches!(e, ConsumerError::Trapped { .. }) {
+                self.dead = Some(e.clone());
+            }
+        }
+        result
+    }
+}
+
+/// A policy component serving one run.
+pub struct WasmPolicy {
+    store: Store<HostState>,
+    bindings: policy::Policy,
+    tracker: DeltaTracker,
+    dead: Option<ConsumerError>,
+}
+
+impl WasmPolicy {
+    pub async fn new(host: &WasmHost, plugin: &Plugin, config: &str, limits: &PluginLimits, sink: Arc<EventSink>) -> Result<WasmPolicy, ConsumerError> {
+        let PluginPre::Policy(pre) = &plugin.pre else {
+            return Err(ConsumerError::Failed(format!("{} is a {} plugin, not a policy", plugin.name, plugin.world)));
+        };
+        let mut store = new_store(host, plugin, limits, no_capabilities());
+        store.data_mut().sink = Some(sink);
+        arm(&mut store)?;
+        let bindings = pre.instantiate_async(&mut store).await.map_err(|e| trapped(&store, &e))?;
+        arm(&mut store)?;
+        match bindings.call_init(&mut store, &config.to_string()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(msg)) => return Err(ConsumerError::Failed(format!("{}: init: {msg}", plugin.name))),
+            Err(e) => return Err(trapped(&store, &e)),
+        }
+        Ok(WasmPolicy { store, bindings, tracker: DeltaTracker::default(), dead: None })
+    }
+}
+
+#[async_trait]
+impl Policy for WasmPolicy {
+    async fn evaluate(&mut self, call: &ToolCall, effect: Effect, view: RunView<'_>) -> Result<Verdict, ConsumerError> {
+        if let Some(e) = &self.dead {
+            return Err(e.clone());
+        }
+        let delta = self.tracker.delta(view);
+        self.store.data_mut().step = Some(view.run.step_count.saturating_sub(1));
+        arm(&mut self.store)?;
+        let result = match self.bindings.call_evaluate(&mut self.store, &convert::call_out(call), convert::effect_out(effect), &delta).await {
+            Ok(Ok(v)) => {
+                let v = convert::verdict_in(v);
+                match too_big(&self.store, "the verdict", verdict_size(&v)) {
+                    Some(e) => Err(e),
+                    None => Ok(v),
+                }
+            }
+            Ok(Err(msg)) => Err(ConsumerError::Failed(msg)),
+            Err(e) => Err(trapped(&self.store, &e)),
+        };
+        if let Err(e) = &result {
+            self.tracker.invalidate();
+            if matches!(e, ConsumerError::Trapped { .. }) {
+                self.dead = Some(e.clone());
+            }
+        }
+        result
+    }
+}
+
+/// The WASI capabilities a tool's config grants.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ToolCaps {
+    /// (host directory, guest path, writable)
+    pub dirs: Vec<(PathBuf, String, bool)>,
+    /// Environment variables passed by name, with their values.
+    pub env: Vec<(String, String)>,
+    /// Outbound TCP/UDP and name lookup.
+    pub network: bool,
+}
+
+impl ToolCaps {
+    fn builder(&self) -> Result<WasiCtxBuilder, String> {
+        let mut b = WasiCtxBuilder::new();
+        for (host, guest, writable) in &self.dirs {
+            let perms = if *writable { FsPerms::ReadWrite } else { FsPerms::ReadOnly };
+            b.preopened_dir(host, guest, perms).map_err(|e| format!("cannot grant {}: {e}", host.display()))?;
+        }
+        for (k, v) in &self.env {
+            b.env(k, v);
+        }
+        if self.network {
+            b.inherit_network().allow_ip_name_lookup(true);
+        }
+        Ok(b)
+    }
+}
+
+/// A tool component. Each call gets a fresh instance (initialised with the
+/// tool's config), so no state survives from one call to the next unless the
+/// tool is declared stateful, in which case one instance serves the run.
+pub struct WasmTools {
+    host: Arc<WasmHost>,
+    plugin: Arc<Plugin>,
+    config: String,
+    limits: PluginLimits,
+    caps: ToolCaps,
+    specs: Vec<ToolSpec>,
+    sink: Option<Arc<EventSink>>,
+    stateful: Option<tokio::sync::Mutex<Option<(Store<HostState>, tool::Tool)>>>,
+}
+
+impl WasmTools {
+    /// Loads the tool's specs through a first instance.
+    pub async fn new(
+        host: Arc<WasmHost>,
+        plugin: Arc<Plugin>,
+        config: &str,
+        limits: PluginLimits,
+        caps: ToolCaps,
+        stateful: bool,
+        sink: Option<Arc<EventSink>>,
+    ) -> Result<WasmTools, ConsumerError> {
+        let mut t = WasmTools {
+            host,
+            plugin,
+            config: config.to_string(),
+            limits,
+            caps,
+            specs: vec![],
+            sink,
+            stateful: stateful.then(|| tokio::sync::Mutex::new(None)),
+        };
+        let (mut store, bindings) = t.instance().await?;
+        arm(&mut store)?;
+        let specs = bindings.call_specs(&mut store).await.map_err(|e| trapped(&store, &e))?;
+        t.specs = specs.into_iter().map(convert::tool_spec_in).collect();
+        if let Some(slot) = &t.stateful {
+            *slot.lock().await = Some((store, bindings));
+        }
+        Ok(t)
+    }
+
+    async fn instance(&self) -> Result<(Store<HostState>, tool::Tool), ConsumerError> {
+        let PluginPre::Tool(pre) = &self.plugin.pre else {
+            return Err(ConsumerError::Failed(format!("{} is a {} plugin, not a tool", self.plugin.name, self.plugin.world)));
+        };
+        let wasi = self.caps.builder().map_err(ConsumerError::Failed)?;
+        let mut store = new_store(&self.host, &self.plugin, &self.limits, wasi);
+        store.data_mut().sink = self.sink.clone();
+        arm(&mut store)?;
+        let bindings = pre.instantiate_async(&mut store).await.map_err(|e| trapped(&store, &e))?;
+        arm(&mut store)?;
+        match bindings.call_init(&mut store, &self.config).await {
+            Ok(Ok(())) => Ok((store, bindings)),
+            Ok(Err(msg)) => Err(ConsumerError::Failed(format!("{}: init: {msg}", self.plugin.name))),
+            Err(e) => Err(trapped(&store, &e)),
+        }
+    }
+
+    async fn call_on(store: &mut Store<HostState>, bindings: &tool::Tool, name: &str, arguments: &str) -> Result<String, ToolError> {
+        let as_tool_error = |e: ConsumerError| match e {
+            ConsumerError::Trapped { kind, message } => ToolError { message, trap: Some(kind) },
+            other => ToolError::new(other.to_string()),
+        };
+        arm(store).map_err(as_tool_error)?;
+        match bindings.call_call(&mut *store, &name.to_string(), &arguments.to_string()).await {
+            Ok(Ok(out)) => match too_big(store, "the result", out.len()) {
+                Some(e) => Err(as_tool_error(e)),
+                None => Ok(out),
+            },
+            Ok(Err(msg)) => Err(ToolError::new(msg)),
+            Err(e) => Err(as_tool_error(trapped(store, &e))),
+        }
+    }
+}
+
+#[async_trait]
+impl ToolProvider for WasmTools {
+    fn specs(&self) -> Vec<ToolSpec> {
+        self.specs.clone()
+    }
+
+    async fn call(&self, name: &str, arguments: &str) -> Result<String, ToolError> {
+        if let Some(slot) = &self.stateful {
+            let mut guard = slot.lock().await;
+            if guard.is_none() {
+                *guard = Some(self.instance().await.map_err(|e| ToolError::new(e.to_string()))?);
+            }
+            let Some((store, bindings)) = guard.as_mut() else { return Err(ToolError::new("no instance")) };
+            let r = Self::call_on(store, bindings, name, arguments).await;
+            if r.as_ref().is_err_and(|e| e.trap.is_some()) {
+                *guard = None; // a trapped instance is never used again
+            }
+            return r;
+        }
+        let (mut store, bindings) = self.instance().await.map_err(|e| match e {
+            ConsumerError::Trapped { kind, message } => ToolError { message, trap: Some(kind) },
+            other => ToolError::new(other.to_string()),
+        })?;
+        Self::call_on(&mut store, &bindings, name, arguments).await
+    }
+}

@@ -1,0 +1,234 @@
+//! Plugins as sandboxed WebAssembly components.
+//!
+//! One [`WasmHost`] per process owns the `wasmtime::Engine` (pooling
+//! allocator, copy-on-write memory images, epoch interruption driven by a
+//! ticker thread, fuel), the linkers of the three worlds and the compile
+//! cache. Loading a plugin checks its hash pin, compiles it (or loads it
+//! from the cache) and checks that it targets the world it is used for.
+//! Each run gets its own agent and policy instances ([`WasmAgent`],
+//! [`WasmPolicy`]); tools get a fresh instance per call ([`WasmTools`]).
+
+pub mod bindings;
+pub mod cache;
+mod convert;
+mod delta;
+pub mod inspect;
+pub mod limits;
+mod state;
+mod instances;
+
+pub use cache::CacheOutcome;
+pub use instances::{ToolCaps, WasmAgent, WasmPolicy, WasmTools};
+pub use limits::PluginLimits;
+pub use state::HostState;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use wasmtime::component::{Component, Linker};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+/// The world a component targets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum World {
+    Agent,
+    Policy,
+    Tool,
+}
+
+impl World {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            World::Agent => "agent",
+            World::Policy => "policy",
+            World::Tool => "tool",
+        }
+    }
+}
+
+impl std::fmt::Display for World {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a plugin cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum PluginError {
+    #[error("{path}: {source}")]
+    Io { path: String, source: std::io::Error },
+    #[error("{path}: sha256 is {actual}, but the config pins {expected}; refusing to run it")]
+    PinMismatch { path: String, expected: String, actual: String },
+    #[error("{path}: not a WebAssembly component ({detail})")]
+    NotAComponent { path: String, detail: String },
+    #[error("{path}: does not fit the {world} world: {detail}")]
+    WrongWorld { path: String, world: World, detail: String },
+}
+
+/// Engine settings.
+#[derive(Debug, Clone)]
+pub struct EngineOptions {
+    /// Use the pooling instance allocator (fast instantiation from reused slots).
+    pub pooling: bool,
+    /// Instances the pool can hold at once (agents + policies + running tools).
+    pub max_instances: u32,
+    /// Largest linear memory a pooled instance can have, in bytes. Plugin
+    /// memory caps above this are clamped to it.
+    pub max_memory_bytes: usize,
+    pub cache_dir: Option<PathBuf>,
+    /// Wasm stack per call, in bytes (engine-wide).
+    pub max_wasm_stack: usize,
+    /// How often the epoch ticks; deadlines are checked at this granularity.
+    pub epoch_tick: Duration,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions {
+            pooling: true,
+            max_instances: 1000,
+            max_memory_bytes: 1 << 30,
+            cache_dir: None,
+            max_wasm_stack: 1 << 20,
+            epoch_tick: Duration::from_millis(5),
+        }
+    }
+}
+
+/// A loaded, checked component, ready to instantiate.
+pub struct Plugin {
+    pub name: String,
+    pub world: World,
+    pub sha256: String,
+    pub size: usize,
+    pub cache: CacheOutcome,
+    pub(crate) pre: PluginPre,
+}
+
+pub(crate) enum PluginPre {
+    Agent(bindings::agent::AgentPre<HostState>),
+    Policy(bindings::policy::PolicyPre<HostState>),
+    Tool(bindings::tool::ToolPre<HostState>),
+}
+
+/// The process's wasm engine and everything that goes with it.
+pub struct WasmHost {
+    engine: Engine,
+    opts: EngineOptions,
+    agent_linker: Linker<HostState>,
+    policy_linker: Linker<HostState>,
+    tool_linker: Linker<HostState>,
+    ticker_stop: Arc<AtomicBool>,
+}
+
+impl Drop for WasmHost {
+    fn drop(&mut self) {
+        self.ticker_stop.store(true, Ordering::Relaxed);
+    }
+}
+
+impl WasmHost {
+    pub fn new(opts: EngineOptions) -> anyhow::Result<Arc<WasmHost>> {
+        let mut config = Config::new();
+        config.epoch_interruption(true);
+        config.consume_fuel(true);
+        config.max_wasm_stack(opts.max_wasm_stack);
+        config.async_stack_size(opts.max_wasm_stack + (1 << 20));
+        config.memory_init_cow(true);
+        if opts.pooling {
+            let mut pool = PoolingAllocationConfig::new();
+            let n = opts.max_instances.max(8);
+            pool.total_component_instances(n);
+            pool.total_core_instances(n * 4);
+            pool.total_memories(n * 2);
+            pool.total_tables(n * 4);
+            pool.total_stacks(n);
+            pool.max_memory_size(opts.max_memory_bytes);
+            pool.max_memories_per_module(2);
+            pool.max_tables_per_module(4);
+            pool.table_elements(200_000);
+            pool.max_core_instance_size(8 << 20);
+            pool.max_component_instance_size(4 << 20);
+            pool.max_unused_warm_slots(n / 4);
+            config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        }
+        let engine = Engine::new(&config)?;
+        let mut agent_linker = Linker::new(&engine);
+        let mut policy_linker = Linker::new(&engine);
+        let mut tool_linker = Linker::new(&engine);
+        for l in [&mut agent_linker, &mut policy_linker, &mut tool_linker] {
+            wasmtime_wasi::p2::add_to_linker_async(l)?;
+        }
+        use wasmtime::component::HasSelf;
+        bindings::agent::Agent::add_to_linker::<HostState, HasSelf<HostState>>(&mut agent_linker, |s| s)?;
+        bindings::policy::Policy::add_to_linker::<HostState, HasSelf<HostState>>(&mut policy_linker, |s| s)?;
+        bindings::tool::Tool::add_to_linker::<HostState, HasSelf<HostState>>(&mut tool_linker, |s| s)?;
+
+        let ticker_stop = Arc::new(AtomicBool::new(false));
+        let (e, stop, tick) = (engine.weak(), ticker_stop.clone(), opts.epoch_tick);
+        std::thread::Builder::new().name("keel-epoch".into()).spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(tick);
+                match e.upgrade() {
+                    Some(engine) => engine.increment_epoch(),
+                    None => break,
+                }
+            }
+        })?;
+        Ok(Arc::new(WasmHost { engine, opts, agent_linker, policy_linker, tool_linker, ticker_stop }))
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    pub fn options(&self) -> &EngineOptions {
+        &self.opts
+    }
+
+    /// Reads, pins, compiles (or loads from the cache) and checks a plugin.
+    pub fn load(&self, path: &Path, world: World, pin: Option<&str>) -> Result<Arc<Plugin>, PluginError> {
+        let p = path.display().to_string();
+        let bytes = std::fs::read(path).map_err(|source| PluginError::Io { path: p.clone(), source })?;
+        self.load_bytes(&p, &bytes, world, pin)
+    }
+
+    pub fn load_bytes(&self, name: &str, bytes: &[u8], world: World, pin: Option<&str>) -> Result<Arc<Plugin>, PluginError> {
+        let sha256 = cache::sha256_hex(bytes);
+        if let Some(expected) = pin {
+            if !expected.eq_ignore_ascii_case(&sha256) {
+                return Err(PluginError::PinMismatch { path: name.into(), expected: expected.into(), actual: sha256 });
+            }
+        }
+        if !wasmparser::Parser::is_component(bytes) {
+            let detail = if wasmparser::Parser::is_core_wasm(bytes) {
+                "it is a core wasm module; turn it into a component (wasm-tools component new, or build for wasm32-wasip2)".to_string()
+            } else {
+                "no component header".to_string()
+            };
+            return Err(PluginError::NotAComponent { path: name.into(), detail });
+        }
+        let (component, outcome) = cache::load_or_compile(&self.engine, self.opts.cache_dir.as_deref(), &sha256, bytes)
+            .map_err(|e| PluginError::NotAComponent { path: name.into(), detail: format!("{e:#}") })?;
+        let pre = self.prepare(&component, world).map_err(|detail| PluginError::WrongWorld { path: name.into(), world, detail })?;
+        Ok(Arc::new(Plugin { name: name.into(), world, sha256, size: bytes.len(), cache: outcome, pre }))
+    }
+
+    fn prepare(&self, component: &Component, world: World) -> Result<PluginPre, String> {
+        inspect::check_imports(&self.engine, component, world)?;
+        let err = |e: wasmtime::Error| format!("{e:#}");
+        Ok(match world {
+            World::Agent => PluginPre::Agent(
+                bindings::agent::AgentPre::new(self.agent_linker.instantiate_pre(component).map_err(err)?).map_err(err)?,
+            ),
+            World::Policy => PluginPre::Policy(
+                bindings::policy::PolicyPre::new(self.policy_linker.instantiate_pre(component).map_err(err)?).map_err(err)?,
+            ),
+            World::Tool => PluginPre::Tool(
+                bindings::tool::ToolPre::new(self.tool_linker.instantiate_pre(component).map_err(err)?).map_err(err)?,
+            ),
+        })
+    }
+}

@@ -1,0 +1,130 @@
+//! What a plugin's `Store` holds: its WASI context, its limits, and the
+//! host side of its imports (`log`, `model`).
+
+use super::bindings::wit;
+use super::limits::PluginLimits;
+use crate::consumer::EventSink;
+use crate::model::ModelGate;
+use crate::store::NewEvent;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use wasmtime::component::ResourceTable;
+use wasmtime::{StoreLimits, StoreLimitsBuilder};
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+/// The most bytes of a plugin's stdout/stderr kept (for panic messages).
+const STDIO_CAPTURE: usize = 64 << 10;
+
+pub struct HostState {
+    pub(crate) plugin: String,
+    wasi: WasiCtx,
+    table: ResourceTable,
+    pub(crate) limits: StoreLimits,
+    pub(crate) plugin_limits: PluginLimits,
+    pub(crate) stderr: MemoryOutputPipe,
+    /// Where log lines go as run events (none while loading a plugin).
+    pub(crate) sink: Option<Arc<EventSink>>,
+    pub(crate) model: Option<Arc<ModelGate>>,
+    /// When the current call's wall-clock budget runs out. Pushed back by the
+    /// time spent inside host imports.
+    pub(crate) deadline: Instant,
+    pub(crate) logs_this_call: u32,
+    pub(crate) logs_dropped: u64,
+    pub(crate) step: Option<u32>,
+}
+
+impl HostState {
+    /// `wasi` decides the capabilities; stdout and stderr are always captured.
+    pub fn new(plugin: &str, limits: &PluginLimits, mut wasi: wasmtime_wasi::WasiCtxBuilder) -> HostState {
+        let stderr = MemoryOutputPipe::new(STDIO_CAPTURE);
+        wasi.stderr(stderr.clone()).stdout(stderr.clone());
+        HostState {
+            plugin: plugin.to_string(),
+            wasi: wasi.build(),
+            table: ResourceTable::new(),
+            limits: StoreLimitsBuilder::new().memory_size(limits.memory_bytes).trap_on_grow_failure(true).build(),
+            plugin_limits: limits.clone(),
+            stderr,
+            sink: None,
+            model: None,
+            deadline: Instant::now() + Duration::from_millis(limits.deadline_ms),
+            logs_this_call: 0,
+            logs_dropped: 0,
+            step: None,
+        }
+    }
+
+    /// Re-arms the per-call budgets before a call.
+    pub(crate) fn arm(&mut self) {
+        self.deadline = Instant::now() + Duration::from_millis(self.plugin_limits.deadline_ms);
+        self.logs_this_call = 0;
+    }
+
+    /// What the guest wrote to stderr/stdout, lossily decoded.
+    pub(crate) fn stderr_text(&self) -> String {
+        String::from_utf8_lossy(&self.stderr.contents()).into_owned()
+    }
+}
+
+impl WasiView for HostState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
+
+impl wit::Host for HostState {}
+
+impl super::bindings::agent::keel::plugin::log::Host for HostState {
+    fn log(&mut self, level: wit::Level, message: String) -> wasmtime::Result<()> {
+        self.logs_this_call += 1;
+        if self.logs_this_call > self.plugin_limits.log_lines_per_call {
+            self.logs_dropped += 1;
+            return Ok(());
+        }
+        let mut message = message;
+        if message.len() > self.plugin_limits.log_line_bytes {
+            let mut end = self.plugin_limits.log_line_bytes;
+            while !message.is_char_boundary(end) {
+                end -= 1;
+            }
+            message.truncate(end);
+            message.push('…');
+        }
+        let level_s = match level {
+            wit::Level::Trace => "trace",
+            wit::Level::Debug => "debug",
+            wit::Level::Info => "info",
+            wit::Level::Warn => "warn",
+            wit::Level::Error => "error",
+        };
+        match level {
+            wit::Level::Error => tracing::error!(plugin = %self.plugin, "{message}"),
+            wit::Level::Warn => tracing::warn!(plugin = %self.plugin, "{message}"),
+            wit::Level::Info => tracing::info!(plugin = %self.plugin, "{message}"),
+            wit::Level::Debug => tracing::debug!(plugin = %self.plugin, "{message}"),
+            wit::Level::Trace => tracing::trace!(plugin = %self.plugin, "{message}"),
+        }
+        if let Some(sink) = &self.sink {
+            sink.push(NewEvent::new(
+                "plugin.log",
+                self.step,
+                serde_json::json!({ "plugin": self.plugin, "level": level_s, "message": message }),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl super::bindings::agent::keel::plugin::model::Host for HostState {
+    async fn complete(&mut self, request: wit::ModelRequest) -> wasmtime::Result<Result<wit::ModelResponse, wit::ModelError>> {
+        let Some(gate) = self.model.clone() else {
+            return Ok(Err(wit::ModelError::Permanent("this plugin has no model access".into())));
+        };
+        // Time spent waiting for the model is not the guest's.
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        let result = gate.complete(&super::convert::model_request_in(request)).await;
+        self.deadline = Instant::now() + left;
+        Ok(result.map(super::convert::model_response_out).map_err(super::convert::model_error_out))
+    }
+}
