@@ -1,0 +1,70 @@
+# Keel's build entry. `make help` lists the targets.
+#
+#   make quickstart   set up, build, and run the example with an approval
+#   make test         set up, build every plugin, run every test
+#
+# Plugins of every language land in target/plugins/. Rebuilds are
+# incremental: cargo for Rust, file dates for C, Python and JavaScript.
+
+SHELL := /bin/bash
+OUT := target/plugins
+WIT := wit/keel.wit
+
+RUST_PLUGINS := agent-scripted agent-llm policy-rules tool-echo tool-fs
+RUST_OUT := $(RUST_PLUGINS:%=$(OUT)/%-rust.wasm) $(OUT)/hostile-agent-rust.wasm
+OTHER_OUT := $(OUT)/policy-rules-c.wasm \
+             $(OUT)/policy-rules-py.wasm $(OUT)/agent-scripted-py.wasm \
+             $(OUT)/policy-rules-js.wasm $(OUT)/agent-scripted-js.wasm
+
+.PHONY: help setup plugins rust-plugins test quickstart check-bindings clean-plugins FORCE
+
+help:
+	@sed -n 's/^#   //p' Makefile
+
+setup:
+	@scripts/setup.sh
+
+plugins: setup rust-plugins $(OTHER_OUT)
+	@ls -1 $(OUT)
+
+# cargo decides what is stale; each guest is its own build so that the SDK's
+# world features are not unified across plugins.
+rust-plugins: $(RUST_OUT)
+$(OUT)/%-rust.wasm: FORCE
+	@scripts/build-rust-guest.sh $* $@
+
+$(OUT)/policy-rules-c.wasm: $(WIT) $(wildcard plugins/policy-rules/c/*.[ch] plugins/policy-rules/c/gen/*) plugins/policy-rules/c/build.sh $(wildcard xtask/src/*.rs)
+	@mkdir -p $(OUT) && plugins/policy-rules/c/build.sh $@
+
+$(OUT)/%-py.wasm: $(WIT) $(wildcard plugins/%/python/*.py) plugins/%/python/build.sh
+	@mkdir -p $(OUT) && plugins/$*/python/build.sh $@
+
+$(OUT)/%-js.wasm: $(WIT) $(wildcard plugins/%/js/*.js) plugins/%/js/build.sh scripts/js/package-lock.json
+	@mkdir -p $(OUT) && plugins/$*/js/build.sh $@
+
+# Make cannot expand % inside wildcard in prerequisites; spell them out.
+$(OUT)/policy-rules-py.wasm: $(wildcard plugins/policy-rules/python/*.py)
+$(OUT)/agent-scripted-py.wasm: $(wildcard plugins/agent-scripted/python/*.py)
+$(OUT)/policy-rules-js.wasm: $(wildcard plugins/policy-rules/js/*.js)
+$(OUT)/agent-scripted-js.wasm: $(wildcard plugins/agent-scripted/js/*.js)
+
+check-bindings:
+	@cargo run -q -p xtask -- c-bindings --wit wit --world policy --out plugins/policy-rules/c/gen --check
+
+FORCE:
+
+test: plugins check-bindings
+	python3 -m unittest discover -s plugins/policy-rules/python
+	python3 -m unittest discover -s plugins/agent-scripted/python
+	node --test plugins/policy-rules/js plugins/agent-scripted/js
+	plugins/policy-rules/c/test.sh
+	KEEL_PLUGINS=$(CURDIR)/$(OUT) cargo test --workspace --exclude hostile-agent $(foreach p,$(RUST_PLUGINS),--exclude $(p)) --exclude xtask
+	cargo test -q -p keel-guest --all-features
+	$(foreach p,$(RUST_PLUGINS),cargo test -q -p $(p) &&) true
+
+quickstart: plugins
+	@cargo build -q --release -p keel
+	@examples/quickstart/run.sh
+
+clean-plugins:
+	rm -rf $(OUT)

@@ -1,0 +1,97 @@
+//! Native consumers and helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use async_trait::async_trait;
+use keel::consumer::EventSink;
+use keel::model::{ModelGate, StubProvider};
+use keel::*;
+use std::sync::{Arc, Mutex};
+
+/// Plays decisions in order; records every view it was handed.
+pub struct ScriptAgent {
+    pub script: Vec<Decision>,
+    pub seen: Arc<Mutex<Vec<String>>>,
+}
+
+#[async_trait]
+impl Agent for ScriptAgent {
+    async fn decide(&mut self, view: RunView<'_>) -> Result<Decision, ConsumerError> {
+        self.seen.lock().unwrap().push(serde_json::to_string(&(view.run.step_count, view.steps, view.approvals)).unwrap());
+        let i = view.steps.iter().filter(|s| s.decision.is_some()).count();
+        Ok(self.script.get(i).cloned().unwrap_or(Decision::Fail("script exhausted".into())))
+    }
+}
+
+/// Judges by tool name: `deny_*` denied, `ask_*` needs approval, `abort_*`
+/// aborts, the rest allowed. Records what it was asked.
+pub struct NamePolicy {
+    pub seen: Arc<Mutex<Vec<String>>>,
+}
+
+#[async_trait]
+impl Policy for NamePolicy {
+    async fn evaluate(&mut self, call: &ToolCall, effect: Effect, view: RunView<'_>) -> Result<Verdict, ConsumerError> {
+        self.seen.lock().unwrap().push(serde_json::to_string(&(call, effect, view.steps.len(), view.approvals)).unwrap());
+        Ok(if call.tool.starts_with("deny_") {
+            Verdict::Deny("not this one".into())
+        } else if call.tool.starts_with("ask_") {
+            Verdict::RequireApproval(ApprovalRequest { reason: "a human must agree".into(), presentation: r#"{"why":"test"}"#.into() })
+        } else if call.tool.starts_with("abort_") {
+            Verdict::Abort("stop everything".into())
+        } else {
+            Verdict::Allow
+        })
+    }
+}
+
+pub fn spec(name: &str, effect: Effect) -> ToolSpec {
+    ToolSpec {
+        name: name.into(),
+        description: format!("{name} for tests"),
+        parameters: r#"{"type":"object","properties":{"n":{"type":"integer"}},"additionalProperties":true}"#.into(),
+        effect,
+    }
+}
+
+/// A tool that echoes its arguments and counts its calls.
+pub fn counting_tool(name: &str, effect: Effect, count: Arc<Mutex<u32>>) -> Arc<dyn ToolProvider> {
+    Arc::new(FnTool::new(spec(name, effect), move |args| {
+        *count.lock().unwrap() += 1;
+        Ok(serde_json::json!({ "echo": args }))
+    }))
+}
+
+pub fn call(tool: &str, args: &str) -> Decision {
+    Decision::Call(ToolCall { tool: tool.into(), arguments: args.into() })
+}
+
+pub struct Rig {
+    pub agent_seen: Arc<Mutex<Vec<String>>>,
+    pub policy_seen: Arc<Mutex<Vec<String>>>,
+}
+
+pub fn consumers(script: Vec<Decision>, tools: Vec<Arc<dyn ToolProvider>>) -> (Consumers, Rig) {
+    let agent_seen = Arc::new(Mutex::new(vec![]));
+    let policy_seen = Arc::new(Mutex::new(vec![]));
+    let mut set = ToolSet::new();
+    for t in tools {
+        set.add(t).unwrap();
+    }
+    let c = Consumers::new(
+        Box::new(ScriptAgent { script, seen: agent_seen.clone() }),
+        Box::new(NamePolicy { seen: policy_seen.clone() }),
+        set,
+        Arc::new(ModelGate::new(Arc::new(StubProvider::default()))),
+        Arc::new(EventSink::default()),
+    );
+    (c, Rig { agent_seen, policy_seen })
+}
+
+pub fn runtime(path: &std::path::Path) -> Runtime {
+    let store = Store::open(path, keel::Sync::Full).unwrap();
+    Runtime::new(StoreHandle::spawn(store))
+}
+
+pub fn kinds(store: &Store, run_id: &str) -> Vec<String> {
+    store.events_after(Some(run_id), 0, 10_000).unwrap().into_iter().map(|e| e.kind).collect()
+}

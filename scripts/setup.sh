@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Installs what building Keel's plugins needs, idempotently: the Rust
+# wasm32-wasip2 target (or Debian's same-version compiler and library source
+# when rustup cannot fetch it), clang/lld/wasi-libc for C, componentize-py for
+# Python, componentize-js for JavaScript. When everything is present it only
+# checks, in about a second.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+say() { printf 'setup: %s\n' "$*" >&2; }
+
+APT_UPDATED=0
+apt_install() {
+  local missing=()
+  for p in "$@"; do
+    dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  if ! command -v apt-get >/dev/null; then
+    say "missing Debian packages: ${missing[*]} (no apt-get here: install them by hand)"; return 1
+  fi
+  local sudo=""; [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  if [ $APT_UPDATED -eq 0 ]; then
+    say "apt-get update"; $sudo apt-get update -qq >/dev/null; APT_UPDATED=1
+  fi
+  say "installing ${missing[*]}"
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+}
+
+# Rust guests: prefer rustup's target; fall back to Debian's rustc-web.
+if rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2; then
+  :
+elif rustup target add wasm32-wasip2 >/dev/null 2>&1; then
+  say "added the rustup target wasm32-wasip2"
+else
+  say "rustup cannot fetch wasm32-wasip2; using Debian's rustc-web with -Zbuild-std"
+  apt_install rustc-web cargo-web rust-web-src
+fi
+
+# C: clang, the wasm linker, wasi-libc and the wasm32 compiler builtins.
+apt_install clang-19 lld-19 wasi-libc libclang-rt-19-dev-wasm32
+
+# Python: componentize-py at the pinned version.
+want_py=$(sed -n 's/^componentize-py==//p' plugins/requirements-py.txt)
+have_py=$(python3 -m pip show componentize-py 2>/dev/null | sed -n 's/^Version: //p' || true)
+if [ "$have_py" != "$want_py" ]; then
+  say "installing componentize-py==$want_py"
+  python3 -m pip install -q --disable-pip-version-check -r plugins/requirements-py.txt
+fi
+
+# JavaScript: componentize-js from the committed lockfile.
+stamp=scripts/js/node_modules/.keel-stamp
+if [ ! -f "$stamp" ] || [ scripts/js/package-lock.json -nt "$stamp" ]; then
+  say "installing componentize-js (npm ci)"
+  npm ci --prefix scripts/js --no-audit --no-fund --loglevel=error >/dev/null
+  touch "$stamp"
+fi
