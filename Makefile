@@ -63,7 +63,7 @@ test: plugins check-bindings
 	$(foreach p,$(RUST_PLUGINS),cargo test -q -p $(p) &&) true
 
 quickstart: plugins
-	@cargo build -q --release -p keel
+	@cargo build -q -p keel
 	@examples/quickstart/run.sh
 
 clean-plugins:

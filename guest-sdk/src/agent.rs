@@ -28,7 +28,12 @@ thread_local! {
 #[doc(hidden)]
 pub fn __init<A: Agent>(config: String, tools: Vec<ToolSpec>) -> Result<(), String> {
     let agent = A::init(&config, tools)?;
-    STATE.with(|s| *s.borrow_mut() = Some(State { agent: Box::new(agent), view: View::default() }));
+    STATE.with(|s| {
+        *s.borrow_mut() = Some(State {
+            agent: Box::new(agent),
+            view: View::default(),
+        })
+    });
     Ok(())
 }
 

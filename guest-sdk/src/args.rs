@@ -29,7 +29,13 @@ mod tests {
     #[test]
     fn decodes_typed_arguments() {
         let w: Write = decode(r#"{"path":"a.txt"}"#).unwrap();
-        assert_eq!(w, Write { path: "a.txt".into(), append: false });
+        assert_eq!(
+            w,
+            Write {
+                path: "a.txt".into(),
+                append: false
+            }
+        );
     }
 
     #[test]

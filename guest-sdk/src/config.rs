@@ -49,7 +49,8 @@ impl Obj {
 
     /// Takes `key` out; absent is an error.
     pub fn require(&mut self, key: &str) -> Result<Value, String> {
-        self.take(key).ok_or_else(|| format!("{}: missing", self.key_path(key)))
+        self.take(key)
+            .ok_or_else(|| format!("{}: missing", self.key_path(key)))
     }
 
     pub fn opt_str(&mut self, key: &str) -> Result<Option<String>, String> {
@@ -71,7 +72,10 @@ impl Obj {
         match self.take(key) {
             None | Some(Value::Null) => Ok(None),
             Some(Value::Number(n)) if n.as_u64().is_some() => Ok(n.as_u64()),
-            Some(_) => Err(format!("{}: expected a non-negative integer", self.key_path(key))),
+            Some(_) => Err(format!(
+                "{}: expected a non-negative integer",
+                self.key_path(key)
+            )),
         }
     }
 
@@ -90,7 +94,11 @@ impl Obj {
         match self.take(key) {
             None | Some(Value::Null) => Ok(None),
             Some(Value::Array(items)) => Ok(Some(
-                items.into_iter().enumerate().map(|(i, v)| (format!("{path}[{i}]"), v)).collect(),
+                items
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, v)| (format!("{path}[{i}]"), v))
+                    .collect(),
             )),
             Some(_) => Err(format!("{path}: expected an array")),
         }
@@ -98,7 +106,8 @@ impl Obj {
 
     pub fn req_array(&mut self, key: &str) -> Result<Vec<(String, Value)>, String> {
         let path = self.key_path(key);
-        self.opt_array(key)?.ok_or_else(|| format!("{path}: missing"))
+        self.opt_array(key)?
+            .ok_or_else(|| format!("{path}: missing"))
     }
 
     pub fn opt_obj(&mut self, key: &str) -> Result<Option<Obj>, String> {
@@ -120,7 +129,9 @@ impl Obj {
     /// The keys still in the object with their values, in key order.
     pub fn into_entries(self) -> impl Iterator<Item = (String, String, Value)> {
         let path = self.path;
-        self.map.into_iter().map(move |(k, v)| (format!("{path}.{k}"), k, v))
+        self.map
+            .into_iter()
+            .map(move |(k, v)| (format!("{path}.{k}"), k, v))
     }
 }
 
@@ -134,7 +145,10 @@ mod tests {
         let rules = c.req_array("rules").unwrap();
         let (path, v) = rules.into_iter().next().unwrap();
         let mut rule = Obj::new(path, v).unwrap();
-        assert_eq!(rule.req_str("action").unwrap_err(), "config.rules[0].action: expected a string");
+        assert_eq!(
+            rule.req_str("action").unwrap_err(),
+            "config.rules[0].action: expected a string"
+        );
         assert_eq!(c.finish().unwrap_err(), "config: unknown key \"extra\"");
     }
 

@@ -13,7 +13,8 @@ pub trait Policy: 'static {
 
     /// A verdict on `call`, whose tool has the effect class `effect`. An error
     /// ends the run as failed: a policy that cannot judge never allows.
-    fn evaluate(&mut self, call: &ToolCall, effect: Effect, view: &View) -> Result<Verdict, String>;
+    fn evaluate(&mut self, call: &ToolCall, effect: Effect, view: &View)
+        -> Result<Verdict, String>;
 }
 
 struct State {
@@ -28,7 +29,12 @@ thread_local! {
 #[doc(hidden)]
 pub fn __init<P: Policy>(config: String) -> Result<(), String> {
     let policy = P::init(&config)?;
-    STATE.with(|s| *s.borrow_mut() = Some(State { policy: Box::new(policy), view: View::default() }));
+    STATE.with(|s| {
+        *s.borrow_mut() = Some(State {
+            policy: Box::new(policy),
+            view: View::default(),
+        })
+    });
     Ok(())
 }
 

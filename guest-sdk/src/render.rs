@@ -61,7 +61,9 @@ pub fn messages(goal: &str, steps: &[Step], opts: &RenderOptions) -> Vec<Message
     let observed = steps.iter().filter(|s| s.observation.is_some()).count();
     let mut seen = 0usize;
     for step in steps {
-        let Some(decision) = &step.decision else { continue };
+        let Some(decision) = &step.decision else {
+            continue;
+        };
         let content = match &step.observation {
             None => "[no result yet]".to_string(),
             Some(o) => {
@@ -101,7 +103,10 @@ pub fn messages(goal: &str, steps: &[Step], opts: &RenderOptions) -> Vec<Message
             }
             Decision::Invalid(why) => {
                 out.push(text(Role::Assistant, &format!("[unusable reply: {why}]")));
-                out.push(text(Role::User, &format!("Your last reply could not be used ({why}). {content}")));
+                out.push(text(
+                    Role::User,
+                    &format!("Your last reply could not be used ({why}). {content}"),
+                ));
             }
             Decision::Complete(_) | Decision::Fail(_) => {}
         }
@@ -110,7 +115,12 @@ pub fn messages(goal: &str, steps: &[Step], opts: &RenderOptions) -> Vec<Message
 }
 
 fn text(role: Role, content: &str) -> Message {
-    Message { role, content: content.to_string(), tool_calls: vec![], tool_call_id: None }
+    Message {
+        role,
+        content: content.to_string(),
+        tool_calls: vec![],
+        tool_call_id: None,
+    }
 }
 
 #[cfg(test)]
@@ -123,16 +133,29 @@ mod tests {
             index: i,
             version: 4,
             state: StepState::Done,
-            decision: Some(Decision::Call(ToolCall { tool: "echo".into(), arguments: "{}".into() })),
+            decision: Some(Decision::Call(ToolCall {
+                tool: "echo".into(),
+                arguments: "{}".into(),
+            })),
             verdict: None,
-            observation: Some(Observation { kind: ObservationKind::ToolResult, content: content.into() }),
+            observation: Some(Observation {
+                kind: ObservationKind::ToolResult,
+                content: content.into(),
+            }),
         }
     }
 
     #[test]
     fn window_elides_old_results_and_ids_are_stable() {
         let steps: Vec<Step> = (0..5).map(|i| step(i, "{\"r\":1}")).collect();
-        let m = messages("g", &steps, &RenderOptions { window: 2, ..Default::default() });
+        let m = messages(
+            "g",
+            &steps,
+            &RenderOptions {
+                window: 2,
+                ..Default::default()
+            },
+        );
         assert_eq!(m.len(), 2 + 10);
         assert_eq!(m[1].content, "g");
         assert_eq!(m[2].tool_calls[0].id, "call_0");
@@ -148,7 +171,14 @@ mod tests {
         assert_eq!(cap("abc", 3), "abc");
         assert_eq!(cap("aéb", 2), "a…[3 more bytes]");
         let steps = vec![step(0, &"x".repeat(100))];
-        let m = messages("g", &steps, &RenderOptions { content_cap: 10, ..Default::default() });
+        let m = messages(
+            "g",
+            &steps,
+            &RenderOptions {
+                content_cap: 10,
+                ..Default::default()
+            },
+        );
         assert_eq!(m[3].content, format!("{}…[90 more bytes]", "x".repeat(10)));
     }
 }

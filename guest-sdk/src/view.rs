@@ -49,11 +49,18 @@ impl View {
         if self.run.is_none() && !delta.reset {
             return Err(DeltaError::NoReset);
         }
-        let mut held = if delta.reset { 0 } else { self.steps.len() as u32 };
+        let mut held = if delta.reset {
+            0
+        } else {
+            self.steps.len() as u32
+        };
         // Check everything before changing anything.
         for step in &delta.steps {
             if step.index > held {
-                return Err(DeltaError::Gap { index: step.index, held });
+                return Err(DeltaError::Gap {
+                    index: step.index,
+                    held,
+                });
             }
             if step.index == held {
                 held += 1;
@@ -151,16 +158,27 @@ mod tests {
     }
 
     fn delta(reset: bool, steps: Vec<Step>) -> ViewDelta {
-        ViewDelta { reset, run: run(steps.len() as u32), steps, approvals: vec![] }
+        ViewDelta {
+            reset,
+            run: run(steps.len() as u32),
+            steps,
+            approvals: vec![],
+        }
     }
 
     #[test]
     fn reset_then_upserts_rebuild_the_whole_run() {
         let mut v = View::default();
-        v.apply(delta(true, vec![step(0, 1, StepState::Done), step(1, 1, StepState::Decided)]))
-            .unwrap();
-        v.apply(delta(false, vec![step(1, 2, StepState::Done), step(2, 1, StepState::Done)]))
-            .unwrap();
+        v.apply(delta(
+            true,
+            vec![step(0, 1, StepState::Done), step(1, 1, StepState::Decided)],
+        ))
+        .unwrap();
+        v.apply(delta(
+            false,
+            vec![step(1, 2, StepState::Done), step(2, 1, StepState::Done)],
+        ))
+        .unwrap();
         assert_eq!(v.steps().len(), 3);
         assert_eq!(v.steps()[1].state, StepState::Done);
         assert_eq!(v.steps()[1].version, 2);
@@ -170,9 +188,13 @@ mod tests {
     #[test]
     fn reset_drops_what_was_held() {
         let mut v = View::default();
-        v.apply(delta(true, vec![step(0, 1, StepState::Done), step(1, 1, StepState::Done)]))
+        v.apply(delta(
+            true,
+            vec![step(0, 1, StepState::Done), step(1, 1, StepState::Done)],
+        ))
+        .unwrap();
+        v.apply(delta(true, vec![step(0, 3, StepState::Done)]))
             .unwrap();
-        v.apply(delta(true, vec![step(0, 3, StepState::Done)])).unwrap();
         assert_eq!(v.steps().len(), 1);
         assert_eq!(v.steps()[0].version, 3);
     }
@@ -187,9 +209,13 @@ mod tests {
     #[test]
     fn a_gap_is_reported_and_nothing_changes() {
         let mut v = View::default();
-        v.apply(delta(true, vec![step(0, 1, StepState::Done)])).unwrap();
+        v.apply(delta(true, vec![step(0, 1, StepState::Done)]))
+            .unwrap();
         let before = v.clone();
-        let err = v.apply(delta(false, vec![step(1, 1, StepState::Done), step(5, 1, StepState::Done)]));
+        let err = v.apply(delta(
+            false,
+            vec![step(1, 1, StepState::Done), step(5, 1, StepState::Done)],
+        ));
         assert_eq!(err, Err(DeltaError::Gap { index: 5, held: 2 }));
         assert_eq!(v, before);
         assert!(err.unwrap_err().to_string().contains("step 5"));
@@ -198,10 +224,15 @@ mod tests {
     #[test]
     fn a_stale_version_is_reported() {
         let mut v = View::default();
-        v.apply(delta(true, vec![step(0, 2, StepState::Done)])).unwrap();
+        v.apply(delta(true, vec![step(0, 2, StepState::Done)]))
+            .unwrap();
         assert_eq!(
             v.apply(delta(false, vec![step(0, 2, StepState::Done)])),
-            Err(DeltaError::StaleVersion { index: 0, version: 2, held: 2 })
+            Err(DeltaError::StaleVersion {
+                index: 0,
+                version: 2,
+                held: 2
+            })
         );
     }
 
@@ -213,7 +244,10 @@ mod tests {
             step_index: 0,
             kind: ApprovalKind::Policy,
             status,
-            call: ToolCall { tool: "t".into(), arguments: "{}".into() },
+            call: ToolCall {
+                tool: "t".into(),
+                arguments: "{}".into(),
+            },
             reason: "r".into(),
             decided_by: None,
             note: None,

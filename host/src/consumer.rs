@@ -68,7 +68,12 @@ pub trait Agent: Send {
 /// Judges every valid tool call before it runs.
 #[async_trait]
 pub trait Policy: Send {
-    async fn evaluate(&mut self, call: &ToolCall, effect: Effect, view: RunView<'_>) -> Result<Verdict, ConsumerError>;
+    async fn evaluate(
+        &mut self,
+        call: &ToolCall,
+        effect: Effect,
+        view: RunView<'_>,
+    ) -> Result<Verdict, ConsumerError>;
 }
 
 /// A tool's failure, shown to the agent as a `tool_error` observation.
@@ -89,7 +94,10 @@ impl fmt::Display for ToolError {
 
 impl ToolError {
     pub fn new(message: impl Into<String>) -> ToolError {
-        ToolError { message: message.into(), trap: None }
+        ToolError {
+            message: message.into(),
+            trap: None,
+        }
     }
 }
 
@@ -126,8 +134,11 @@ where
         vec![self.spec.clone()]
     }
     async fn call(&self, _name: &str, arguments: &str) -> Result<String, ToolError> {
-        let args = serde_json::from_str(arguments).map_err(|e| ToolError::new(format!("arguments: {e}")))?;
-        (self.f)(args).map(|v| v.to_string()).map_err(ToolError::new)
+        let args = serde_json::from_str(arguments)
+            .map_err(|e| ToolError::new(format!("arguments: {e}")))?;
+        (self.f)(args)
+            .map(|v| v.to_string())
+            .map_err(ToolError::new)
     }
 }
 
@@ -141,7 +152,10 @@ pub struct EventSink {
 
 impl EventSink {
     pub fn push(&self, event: crate::store::NewEvent) {
-        self.events.lock().unwrap_or_else(|p| p.into_inner()).push(event);
+        self.events
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(event);
     }
 
     pub fn drain(&self) -> Vec<crate::store::NewEvent> {

@@ -9,14 +9,16 @@
 //! * [`render`]: a run as chat messages for a model.
 //! * [`config`]: the TOML config of the `keel` binary.
 
+pub mod cli;
+pub mod config;
 pub mod consumer;
 pub mod driver;
 pub mod model;
 pub mod render;
 pub mod store;
 pub mod tools;
-pub mod wasm;
 pub mod types;
+pub mod wasm;
 
 pub use consumer::{Agent, ConsumerError, FnTool, Policy, RunView, ToolError, ToolProvider};
 pub use driver::{Consumers, DriverError, Outcome, Runtime};

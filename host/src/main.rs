@@ -1,1 +1,5 @@
-fn main() {}
+//! The `keel` binary: see `keel --help`.
+
+fn main() {
+    std::process::exit(keel::cli::main());
+}

@@ -26,7 +26,10 @@ pub fn to_guest_step(s: &Step) -> g::Step {
             types::StepState::Interrupted => g::StepState::Interrupted,
         },
         decision: s.decision.as_ref().map(|d| match d {
-            types::Decision::Call(c) => g::Decision::Call(g::ToolCall { tool: c.tool.clone(), arguments: c.arguments.clone() }),
+            types::Decision::Call(c) => g::Decision::Call(g::ToolCall {
+                tool: c.tool.clone(),
+                arguments: c.arguments.clone(),
+            }),
             types::Decision::Complete(r) => g::Decision::Complete(r.clone()),
             types::Decision::Fail(r) => g::Decision::Fail(r.clone()),
             types::Decision::Invalid(r) => g::Decision::Invalid(r.clone()),
@@ -56,11 +59,17 @@ mod tests {
             index: 0,
             version: 4,
             state: StepState::Done,
-            decision: Some(Decision::Call(ToolCall { tool: "fs_read".into(), arguments: r#"{"path":"a"}"#.into() })),
+            decision: Some(Decision::Call(ToolCall {
+                tool: "fs_read".into(),
+                arguments: r#"{"path":"a"}"#.into(),
+            })),
             call: None,
             effect: None,
             verdict: Some(Verdict::Allow),
-            observation: Some(Observation { kind: ObservationKind::ToolError, content: r#"{"error":"nope"}"#.into() }),
+            observation: Some(Observation {
+                kind: ObservationKind::ToolError,
+                content: r#"{"error":"nope"}"#.into(),
+            }),
             started_at: 0,
             updated_at: 0,
         };

@@ -61,7 +61,10 @@ spelled_enum! {
 
 impl RunStatus {
     pub fn is_terminal(self) -> bool {
-        matches!(self, RunStatus::Completed | RunStatus::Failed | RunStatus::Cancelled)
+        matches!(
+            self,
+            RunStatus::Completed | RunStatus::Failed | RunStatus::Cancelled
+        )
     }
 }
 
@@ -160,7 +163,10 @@ impl Observation {
     pub fn message(kind: ObservationKind, key: &str, text: &str) -> Observation {
         let mut m = serde_json::Map::new();
         m.insert(key.to_string(), serde_json::Value::String(text.to_string()));
-        Observation { kind, content: serde_json::Value::Object(m).to_string() }
+        Observation {
+            kind,
+            content: serde_json::Value::Object(m).to_string(),
+        }
     }
 }
 
@@ -314,7 +320,8 @@ mod tests {
 
     #[test]
     fn canonical_json_sorts_keys() {
-        let v: serde_json::Value = serde_json::from_str(r#"{ "b": 1, "a": [ 2, {"d":1,"c":2} ] }"#).unwrap();
+        let v: serde_json::Value =
+            serde_json::from_str(r#"{ "b": 1, "a": [ 2, {"d":1,"c":2} ] }"#).unwrap();
         assert_eq!(canonical_json(&v), r#"{"a":[2,{"c":2,"d":1}],"b":1}"#);
     }
 }

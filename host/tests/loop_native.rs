@@ -19,7 +19,11 @@ async fn a_run_of_calls_completes_with_every_transition_stored() {
     let rt = runtime(&db);
     let n = Arc::new(Mutex::new(0));
     let (c, rig) = consumers(
-        vec![call("echo", r#"{"n":1}"#), call("echo", r#"{ "n" : 2 }"#), Decision::Complete(r#"{"ok":true}"#.into())],
+        vec![
+            call("echo", r#"{"n":1}"#),
+            call("echo", r#"{ "n" : 2 }"#),
+            Decision::Complete(r#"{"ok":true}"#.into()),
+        ],
         vec![counting_tool("echo", Effect::ReadOnly, n.clone())],
     );
     let out = rt.start("count", Limits::default(), "{}", c).await.unwrap();
@@ -41,7 +45,15 @@ async fn a_run_of_calls_completes_with_every_transition_stored() {
     // The agent saw the earlier steps, never the current one.
     let seen = rig.agent_seen.lock().unwrap();
     assert_eq!(seen.len(), 3);
-    assert!(store.get_run(&out.run.id).unwrap().unwrap().lease_owner.is_none(), "lease released");
+    assert!(
+        store
+            .get_run(&out.run.id)
+            .unwrap()
+            .unwrap()
+            .lease_owner
+            .is_none(),
+        "lease released"
+    );
 }
 
 #[tokio::test]
@@ -59,15 +71,26 @@ async fn invalid_decisions_become_observations_and_count_as_failures() {
         ],
         vec![counting_tool("echo", Effect::ReadOnly, n.clone())],
     );
-    let limits = Limits { max_consecutive_failures: 5, ..Limits::default() };
+    let limits = Limits {
+        max_consecutive_failures: 5,
+        ..Limits::default()
+    };
     let out = rt.start("bad", limits, "{}", c).await.unwrap();
     assert_eq!(out.run.status, RunStatus::Failed);
-    assert_eq!(out.run.reason.as_deref(), Some("limit_consecutive_failures"));
+    assert_eq!(
+        out.run.reason.as_deref(),
+        Some("limit_consecutive_failures")
+    );
     assert_eq!(*n.lock().unwrap(), 0, "no invalid call ran");
     let store = Store::open_read_only(&db).unwrap();
     let steps = store.load_steps(&out.run.id).unwrap();
-    let errs: Vec<String> = steps.iter().map(|s| s.observation.as_ref().unwrap().content.clone()).collect();
-    assert!(steps.iter().all(|s| s.observation.as_ref().unwrap().kind == ObservationKind::InvalidDecision));
+    let errs: Vec<String> = steps
+        .iter()
+        .map(|s| s.observation.as_ref().unwrap().content.clone())
+        .collect();
+    assert!(steps
+        .iter()
+        .all(|s| s.observation.as_ref().unwrap().kind == ObservationKind::InvalidDecision));
     assert!(errs[0].contains("unknown tool"), "{errs:?}");
     assert!(errs[1].contains("not a JSON object"), "{errs:?}");
     assert!(errs[2].contains("arguments.n"), "{errs:?}");
@@ -84,14 +107,21 @@ async fn deny_is_an_observation_and_abort_ends_the_run() {
     let n = Arc::new(Mutex::new(0));
     let (c, rig) = consumers(
         vec![call("deny_me", "{}"), call("abort_me", "{}")],
-        vec![counting_tool("deny_me", Effect::Destructive, n.clone()), counting_tool("abort_me", Effect::Destructive, n.clone())],
+        vec![
+            counting_tool("deny_me", Effect::Destructive, n.clone()),
+            counting_tool("abort_me", Effect::Destructive, n.clone()),
+        ],
     );
     let out = rt.start("x", Limits::default(), "{}", c).await.unwrap();
     assert_eq!(out.run.status, RunStatus::Failed);
     assert_eq!(out.run.reason.as_deref(), Some("policy_abort"));
     assert_eq!(*n.lock().unwrap(), 0);
     let seen = rig.agent_seen.lock().unwrap();
-    assert!(seen[1].contains("denied") && seen[1].contains("not this one"), "the agent saw the denial: {}", seen[1]);
+    assert!(
+        seen[1].contains("denied") && seen[1].contains("not this one"),
+        "the agent saw the denial: {}",
+        seen[1]
+    );
 }
 
 #[tokio::test]
@@ -99,8 +129,14 @@ async fn approval_pauses_then_approve_and_resume_runs_exactly_the_recorded_call(
     let (_d, db) = tmpdb();
     let rt = runtime(&db);
     let n = Arc::new(Mutex::new(0));
-    let script = vec![call("ask_write", r#"{"n":7}"#), Decision::Complete("1".into())];
-    let (c, _) = consumers(script.clone(), vec![counting_tool("ask_write", Effect::LocalMutation, n.clone())]);
+    let script = vec![
+        call("ask_write", r#"{"n":7}"#),
+        Decision::Complete("1".into()),
+    ];
+    let (c, _) = consumers(
+        script.clone(),
+        vec![counting_tool("ask_write", Effect::LocalMutation, n.clone())],
+    );
     let out = rt.start("x", Limits::default(), "{}", c).await.unwrap();
     assert_eq!(out.run.status, RunStatus::WaitingForApproval);
     let a = out.pending.expect("a pending approval");
@@ -108,21 +144,34 @@ async fn approval_pauses_then_approve_and_resume_runs_exactly_the_recorded_call(
     assert_eq!(*n.lock().unwrap(), 0);
 
     // Resume before an answer: stays paused, nothing runs.
-    let (c, _) = consumers(script.clone(), vec![counting_tool("ask_write", Effect::LocalMutation, n.clone())]);
+    let (c, _) = consumers(
+        script.clone(),
+        vec![counting_tool("ask_write", Effect::LocalMutation, n.clone())],
+    );
     let again = rt.resume(&out.run.id, c).await.unwrap();
     assert_eq!(again.run.status, RunStatus::WaitingForApproval);
 
     // Approve from another connection, as `keel approve` does.
     let mut op = Store::open(&db, keel::Sync::Full).unwrap();
-    op.decide_approval(&a.id, true, "alice", Some("fine"), 1).unwrap();
-    assert!(op.decide_approval(&a.id, true, "alice", None, 2).is_err(), "approving twice is refused");
+    op.decide_approval(&a.id, true, "alice", Some("fine"), 1)
+        .unwrap();
+    assert!(
+        op.decide_approval(&a.id, true, "alice", None, 2).is_err(),
+        "approving twice is refused"
+    );
 
-    let (c, _) = consumers(script, vec![counting_tool("ask_write", Effect::LocalMutation, n.clone())]);
+    let (c, _) = consumers(
+        script,
+        vec![counting_tool("ask_write", Effect::LocalMutation, n.clone())],
+    );
     let done = rt.resume(&out.run.id, c).await.unwrap();
     assert_eq!(done.run.status, RunStatus::Completed);
     assert_eq!(*n.lock().unwrap(), 1, "the approved call ran once");
     let steps = op.load_steps(&out.run.id).unwrap();
-    assert_eq!(steps[0].observation.as_ref().unwrap().content, r#"{"echo":{"n":7}}"#);
+    assert_eq!(
+        steps[0].observation.as_ref().unwrap().content,
+        r#"{"echo":{"n":7}}"#
+    );
 }
 
 #[tokio::test]
@@ -130,28 +179,45 @@ async fn denial_is_final_and_visible_and_a_tampered_approval_is_refused() {
     let (_d, db) = tmpdb();
     let rt = runtime(&db);
     let n = Arc::new(Mutex::new(0));
-    let script = vec![call("ask_a", r#"{"n":1}"#), call("ask_a", r#"{"n":2}"#), Decision::Complete("0".into())];
+    let script = vec![
+        call("ask_a", r#"{"n":1}"#),
+        call("ask_a", r#"{"n":2}"#),
+        Decision::Complete("0".into()),
+    ];
     let tools = || vec![counting_tool("ask_a", Effect::RemoteMutation, n.clone())];
     let (c, _) = consumers(script.clone(), tools());
     let out = rt.start("x", Limits::default(), "{}", c).await.unwrap();
     let a = out.pending.unwrap();
     let mut op = Store::open(&db, keel::Sync::Full).unwrap();
-    op.decide_approval(&a.id, false, "bob", Some("no way"), 1).unwrap();
+    op.decide_approval(&a.id, false, "bob", Some("no way"), 1)
+        .unwrap();
     let (c, rig) = consumers(script.clone(), tools());
     let second = rt.resume(&out.run.id, c).await.unwrap();
-    assert_eq!(second.run.status, RunStatus::WaitingForApproval, "paused again on the second call");
+    assert_eq!(
+        second.run.status,
+        RunStatus::WaitingForApproval,
+        "paused again on the second call"
+    );
     assert!(rig.agent_seen.lock().unwrap()[0].contains("denied by bob: no way"));
     assert_eq!(*n.lock().unwrap(), 0);
 
     // Tamper with the second approval's arguments, then approve it.
     let b = second.pending.unwrap();
-    op.connection().execute("UPDATE approvals SET arguments='{\"n\":999}' WHERE id=?1", [&b.id]).unwrap();
+    op.connection()
+        .execute(
+            "UPDATE approvals SET arguments='{\"n\":999}' WHERE id=?1",
+            [&b.id],
+        )
+        .unwrap();
     op.decide_approval(&b.id, true, "eve", None, 2).unwrap();
     let (c, _) = consumers(script, tools());
     let err = rt.resume(&out.run.id, c).await.unwrap_err();
     assert!(matches!(err, DriverError::Tampered { .. }), "{err}");
     assert_eq!(*n.lock().unwrap(), 0, "nothing ran");
-    assert_eq!(op.run(&out.run.id).unwrap().status, RunStatus::WaitingForApproval);
+    assert_eq!(
+        op.run(&out.run.id).unwrap().status,
+        RunStatus::WaitingForApproval
+    );
 }
 
 #[tokio::test]
@@ -161,16 +227,29 @@ async fn an_expired_approval_is_recorded_and_the_agent_goes_on() {
     let rt = runtime(&db).with_clock(clock.clone());
     let n = Arc::new(Mutex::new(0));
     let script = vec![call("ask_a", "{}"), Decision::Complete("0".into())];
-    let limits = Limits { approval_ttl_ms: Some(5), ..Limits::default() };
-    let (c, _) = consumers(script.clone(), vec![counting_tool("ask_a", Effect::LocalMutation, n.clone())]);
+    let limits = Limits {
+        approval_ttl_ms: Some(5),
+        ..Limits::default()
+    };
+    let (c, _) = consumers(
+        script.clone(),
+        vec![counting_tool("ask_a", Effect::LocalMutation, n.clone())],
+    );
     let out = rt.start("x", limits, "{}", c).await.unwrap();
     let a = out.pending.unwrap();
     for _ in 0..10 {
         keel::driver::Clock::now_ms(clock.as_ref());
     }
     let mut op = Store::open(&db, keel::Sync::Full).unwrap();
-    assert!(op.decide_approval(&a.id, true, "late", None, 10_000).is_err(), "an expired approval cannot be approved");
-    let (c, _) = consumers(script, vec![counting_tool("ask_a", Effect::LocalMutation, n.clone())]);
+    assert!(
+        op.decide_approval(&a.id, true, "late", None, 10_000)
+            .is_err(),
+        "an expired approval cannot be approved"
+    );
+    let (c, _) = consumers(
+        script,
+        vec![counting_tool("ask_a", Effect::LocalMutation, n.clone())],
+    );
     let done = rt.resume(&out.run.id, c).await.unwrap();
     assert_eq!(done.run.status, RunStatus::Completed);
     assert_eq!(op.approval(&a.id).unwrap().status, ApprovalStatus::Expired);
@@ -183,15 +262,45 @@ async fn limits_end_runs_with_their_reason() {
     let (_d, db) = tmpdb();
     let rt = runtime(&db);
     let n = Arc::new(Mutex::new(0));
-    let many: Vec<Decision> = (0..10).map(|i| call("echo", &format!(r#"{{"n":{i}}}"#))).collect();
-    let (c, _) = consumers(many, vec![counting_tool("echo", Effect::ReadOnly, n.clone())]);
-    let out = rt.start("x", Limits { max_steps: 3, ..Limits::default() }, "{}", c).await.unwrap();
+    let many: Vec<Decision> = (0..10)
+        .map(|i| call("echo", &format!(r#"{{"n":{i}}}"#)))
+        .collect();
+    let (c, _) = consumers(
+        many,
+        vec![counting_tool("echo", Effect::ReadOnly, n.clone())],
+    );
+    let out = rt
+        .start(
+            "x",
+            Limits {
+                max_steps: 3,
+                ..Limits::default()
+            },
+            "{}",
+            c,
+        )
+        .await
+        .unwrap();
     assert_eq!(out.run.reason.as_deref(), Some("limit_steps"));
     assert_eq!(out.run.step_count, 3);
 
     let same: Vec<Decision> = (0..10).map(|_| call("echo", r#"{"n":1}"#)).collect();
-    let (c, _) = consumers(same, vec![counting_tool("echo", Effect::ReadOnly, n.clone())]);
-    let out = rt.start("x", Limits { max_identical_calls: 3, ..Limits::default() }, "{}", c).await.unwrap();
+    let (c, _) = consumers(
+        same,
+        vec![counting_tool("echo", Effect::ReadOnly, n.clone())],
+    );
+    let out = rt
+        .start(
+            "x",
+            Limits {
+                max_identical_calls: 3,
+                ..Limits::default()
+            },
+            "{}",
+            c,
+        )
+        .await
+        .unwrap();
     assert_eq!(out.run.reason.as_deref(), Some("limit_identical_calls"));
     assert_eq!(out.run.step_count, 3);
 }
@@ -200,9 +309,20 @@ async fn limits_end_runs_with_their_reason() {
 async fn a_tool_that_panics_or_errs_becomes_a_tool_error() {
     let (_d, db) = tmpdb();
     let rt = runtime(&db);
-    let boom: Arc<dyn ToolProvider> = Arc::new(FnTool::new(spec("boom", Effect::ReadOnly), |_| panic!("kaboom")));
-    let fail: Arc<dyn ToolProvider> = Arc::new(FnTool::new(spec("fail", Effect::ReadOnly), |_| Err("no disk".to_string())));
-    let (c, _) = consumers(vec![call("boom", "{}"), call("fail", "{}"), Decision::Complete("0".into())], vec![boom, fail]);
+    let boom: Arc<dyn ToolProvider> = Arc::new(FnTool::new(spec("boom", Effect::ReadOnly), |_| {
+        panic!("kaboom")
+    }));
+    let fail: Arc<dyn ToolProvider> = Arc::new(FnTool::new(spec("fail", Effect::ReadOnly), |_| {
+        Err("no disk".to_string())
+    }));
+    let (c, _) = consumers(
+        vec![
+            call("boom", "{}"),
+            call("fail", "{}"),
+            Decision::Complete("0".into()),
+        ],
+        vec![boom, fail],
+    );
     let out = rt.start("x", Limits::default(), "{}", c).await.unwrap();
     assert_eq!(out.run.status, RunStatus::Completed);
     let store = Store::open_read_only(&db).unwrap();
@@ -210,7 +330,12 @@ async fn a_tool_that_panics_or_errs_becomes_a_tool_error() {
     let o0 = steps[0].observation.clone().unwrap();
     assert_eq!(o0.kind, ObservationKind::ToolError);
     assert!(o0.content.contains("kaboom"), "{}", o0.content);
-    assert!(steps[1].observation.as_ref().unwrap().content.contains("no disk"));
+    assert!(steps[1]
+        .observation
+        .as_ref()
+        .unwrap()
+        .content
+        .contains("no disk"));
 }
 
 #[tokio::test]
@@ -223,15 +348,27 @@ async fn cancel_from_another_connection_stops_the_live_loop_at_its_next_write() 
     let rid = run_id.clone();
     // The tool cancels its own run from a second connection, as an operator
     // in another process would, while the loop waits for it.
-    let canceller: Arc<dyn ToolProvider> = Arc::new(FnTool::new(spec("slow", Effect::ReadOnly), move |_| {
-        let id = rid.lock().unwrap().clone();
-        let mut op = Store::open(&db2, keel::Sync::Full).map_err(|e| e.to_string())?;
-        let id = if id.is_empty() { op.list_runs(None, 1).unwrap()[0].id.clone() } else { id };
-        op.cancel(&id, "operator", 5).map_err(|e| e.to_string())?;
-        g2.notify_one();
-        Ok(serde_json::json!({}))
-    }));
-    let (c, _) = consumers(vec![call("slow", "{}"), call("slow", "{}"), Decision::Complete("0".into())], vec![canceller]);
+    let canceller: Arc<dyn ToolProvider> =
+        Arc::new(FnTool::new(spec("slow", Effect::ReadOnly), move |_| {
+            let id = rid.lock().unwrap().clone();
+            let mut op = Store::open(&db2, keel::Sync::Full).map_err(|e| e.to_string())?;
+            let id = if id.is_empty() {
+                op.list_runs(None, 1).unwrap()[0].id.clone()
+            } else {
+                id
+            };
+            op.cancel(&id, "operator", 5).map_err(|e| e.to_string())?;
+            g2.notify_one();
+            Ok(serde_json::json!({}))
+        }));
+    let (c, _) = consumers(
+        vec![
+            call("slow", "{}"),
+            call("slow", "{}"),
+            Decision::Complete("0".into()),
+        ],
+        vec![canceller],
+    );
     let out = rt.start("x", Limits::default(), "{}", c).await.unwrap();
     assert_eq!(out.run.status, RunStatus::Cancelled);
     assert_eq!(out.run.reason.as_deref(), Some("operator_cancelled"));
@@ -239,7 +376,13 @@ async fn cancel_from_another_connection_stops_the_live_loop_at_its_next_write() 
     assert_eq!(out.run.step_count, 1, "no step after the cancel");
     assert!(kinds(&store, &out.run.id).contains(&"run.cancelled".to_string()));
     let mut op = Store::open(&db, keel::Sync::Full).unwrap();
-    assert!(matches!(op.cancel(&out.run.id, "again", 9), Err(StoreError::Refused(_))), "cancelling a terminal run is refused");
+    assert!(
+        matches!(
+            op.cancel(&out.run.id, "again", 9),
+            Err(StoreError::Refused(_))
+        ),
+        "cancelling a terminal run is refused"
+    );
 }
 
 #[tokio::test]
@@ -264,9 +407,15 @@ async fn a_held_lease_refuses_a_second_driver_and_an_expired_one_is_taken_over()
         updated_at: 0,
     };
     s.create_run(&run, vec![]).unwrap();
-    assert!(matches!(s.acquire_lease("r1", "b", 500, 100), Err(StoreError::Leased { .. })));
+    assert!(matches!(
+        s.acquire_lease("r1", "b", 500, 100),
+        Err(StoreError::Leased { .. })
+    ));
     let taken = s.acquire_lease("r1", "b", 2_000, 100).unwrap();
     assert_eq!(taken.lease_owner.as_deref(), Some("b"));
     assert!(kinds(&s, "r1").contains(&"lease.taken_over".to_string()));
-    assert!(!s.heartbeat("r1", "a", 2_001, 100).unwrap(), "the old owner lost it");
+    assert!(
+        !s.heartbeat("r1", "a", 2_001, 100).unwrap(),
+        "the old owner lost it"
+    );
 }

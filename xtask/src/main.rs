@@ -56,7 +56,13 @@ fn run(args: &[String]) -> Result<ExitCode> {
             let world = args.value("--world")?;
             let adapter = args.value("--adapter")?;
             let files = args.positionals(2)?;
-            componentize(&wit, &world, &adapter, Path::new(&files[0]), Path::new(&files[1]))?;
+            componentize(
+                &wit,
+                &world,
+                &adapter,
+                Path::new(&files[0]),
+                Path::new(&files[1]),
+            )?;
             Ok(ExitCode::SUCCESS)
         }
         // Print the world of a component: what it imports and exports.
@@ -91,7 +97,11 @@ impl Args {
                 let value = if Self::FLAGS.contains(&arg.as_str()) {
                     None
                 } else {
-                    Some(it.next().with_context(|| format!("{arg} needs a value"))?.clone())
+                    Some(
+                        it.next()
+                            .with_context(|| format!("{arg} needs a value"))?
+                            .clone(),
+                    )
                 };
                 if options.insert(arg.clone(), value).is_some() {
                     bail!("{arg} given twice");
@@ -100,7 +110,10 @@ impl Args {
                 positionals.push(arg.clone());
             }
         }
-        Ok(Args { options, positionals })
+        Ok(Args {
+            options,
+            positionals,
+        })
     }
 
     fn value(&mut self, name: &str) -> Result<String> {
@@ -124,7 +137,10 @@ impl Args {
             bail!("unknown option {unknown}\n{USAGE}");
         }
         if self.positionals.len() != n {
-            bail!("expected {n} file argument(s), got {:?}\n{USAGE}", self.positionals);
+            bail!(
+                "expected {n} file argument(s), got {:?}\n{USAGE}",
+                self.positionals
+            );
         }
         Ok(std::mem::take(&mut self.positionals))
     }
@@ -147,7 +163,10 @@ fn load_world(wit: &Path, world: &str) -> Result<(Resolve, WorldId)> {
 /// file: `componentize` embeds it from the same WIT instead.
 fn c_bindings(wit: &Path, world: &str, out: &Path, check: bool) -> Result<ExitCode> {
     let (mut resolve, id) = load_world(wit, world)?;
-    let opts = wit_bindgen_c::Opts { no_object_file: true, ..Default::default() };
+    let opts = wit_bindgen_c::Opts {
+        no_object_file: true,
+        ..Default::default()
+    };
     let mut files = wit_bindgen_core::Files::default();
     opts.build()
         .generate(&mut resolve, id, &mut files)
@@ -157,7 +176,8 @@ fn c_bindings(wit: &Path, world: &str, out: &Path, check: bool) -> Result<ExitCo
         std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
         for (name, contents) in files.iter() {
             let path = out.join(name);
-            std::fs::write(&path, contents).with_context(|| format!("writing {}", path.display()))?;
+            std::fs::write(&path, contents)
+                .with_context(|| format!("writing {}", path.display()))?;
             println!("wrote {}", path.display());
         }
         return Ok(ExitCode::SUCCESS);
@@ -179,7 +199,10 @@ fn c_bindings(wit: &Path, world: &str, out: &Path, check: bool) -> Result<ExitCo
         println!("C bindings in {} are up to date", out.display());
         return Ok(ExitCode::SUCCESS);
     }
-    eprintln!("xtask: the committed C bindings are out of date with {}:", wit.display());
+    eprintln!(
+        "xtask: the committed C bindings are out of date with {}:",
+        wit.display()
+    );
     for s in &stale {
         eprintln!("  {s}");
     }
@@ -216,7 +239,12 @@ fn componentize(wit: &Path, world: &str, adapter: &str, core: &Path, out: &Path)
         .adapter(adapters::WASI_SNAPSHOT_PREVIEW1_ADAPTER_NAME, adapter_bytes)
         .context("adding the wasi preview1 adapter")?
         .encode()
-        .with_context(|| format!("encoding {} as a component of world {world:?}", core.display()))?;
+        .with_context(|| {
+            format!(
+                "encoding {} as a component of world {world:?}",
+                core.display()
+            )
+        })?;
     if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
@@ -228,6 +256,9 @@ fn componentize(wit: &Path, world: &str, adapter: &str, core: &Path, out: &Path)
 /// exports (interfaces by their full name, functions by name).
 fn inspect(file: &Path) -> Result<()> {
     let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+    if !wasmparser::Parser::is_component(&bytes) {
+        bail!("{} is not a WebAssembly component", file.display());
+    }
     wasmparser::Validator::new_with_features(wasmparser::WasmFeatures::all())
         .validate_all(&bytes)
         .with_context(|| format!("validating {}", file.display()))?;

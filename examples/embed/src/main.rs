@@ -1,1 +1,136 @@
-fn main() {}
+//! Embedding Keel in a Rust program: open a store, register one native tool
+//! beside a wasm agent and a wasm policy, start a run, handle its approval in
+//! code, resume and print the result.
+//!
+//! Run it after `make plugins`:
+//!     cargo run -p keel-embed-example -- [PLUGINS_DIR]
+
+use anyhow::Context;
+use keel::consumer::EventSink;
+use keel::model::{ModelGate, StubProvider};
+use keel::wasm::{EngineOptions, PluginLimits, WasmAgent, WasmHost, WasmPolicy, World};
+use keel::*;
+use serde_json::json;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// The host program's own capability, offered to the agent as a tool.
+fn inventory_tool() -> Arc<dyn ToolProvider> {
+    let spec = ToolSpec {
+        name: "reserve_stock".into(),
+        description: "Reserve units of an item in the warehouse.".into(),
+        parameters: r#"{"type":"object","properties":{"item":{"type":"string"},"units":{"type":"integer","minimum":1}},"required":["item","units"],"additionalProperties":false}"#.into(),
+        effect: Effect::RemoteMutation,
+    };
+    Arc::new(FnTool::new(spec, |args| {
+        let units = args["units"].as_i64().unwrap_or(0);
+        Ok(json!({ "reserved": units, "item": args["item"], "left": 100 - units }))
+    }))
+}
+
+async fn consumers(host: &WasmHost, plugins: &std::path::Path) -> anyhow::Result<Consumers> {
+    let agent = host.load(
+        &plugins.join("agent-scripted-rust.wasm"),
+        World::Agent,
+        None,
+    )?;
+    let policy = host.load(&plugins.join("policy-rules-rust.wasm"), World::Policy, None)?;
+    let mut tools = ToolSet::new();
+    tools.add(inventory_tool()).map_err(anyhow::Error::msg)?;
+    let script = json!({ "script": [
+        { "call": { "tool": "reserve_stock", "arguments": { "item": "widget", "units": 3 } } },
+        { "complete": { "reserved": 3 } },
+    ]});
+    let rules = json!({ "rules": [
+        { "effect": "remote-mutation", "action": "require-approval", "reason": "reservations need sign-off" },
+    ]});
+    let sink = Arc::new(EventSink::default());
+    let gate = Arc::new(ModelGate::new(Arc::new(StubProvider::default())));
+    let a = WasmAgent::new(
+        host,
+        &agent,
+        &script.to_string(),
+        tools.specs(),
+        &PluginLimits::default(),
+        gate.clone(),
+        sink.clone(),
+    )
+    .await?;
+    let p = WasmPolicy::new(
+        host,
+        &policy,
+        &rules.to_string(),
+        &PluginLimits::default(),
+        sink.clone(),
+    )
+    .await?;
+    Ok(Consumers::new(Box::new(a), Box::new(p), tools, gate, sink))
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let plugins = std::env::args()
+        .nth(1)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("target/plugins"));
+    let dir = std::env::temp_dir().join(format!("keel-embed-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let db = dir.join("keel.db");
+
+    let host = WasmHost::new(EngineOptions {
+        cache_dir: Some(dir.join("cache")),
+        ..EngineOptions::default()
+    })?;
+    let store = Store::open(&db, Sync::Full).context("opening the store")?;
+    let runtime = Runtime::new(StoreHandle::spawn(store));
+
+    let out = runtime
+        .start(
+            "reserve three widgets",
+            Limits::default(),
+            "{}",
+            consumers(&host, &plugins).await?,
+        )
+        .await?;
+    let approval = out
+        .pending
+        .context("the policy should have asked for approval")?;
+    println!(
+        "paused: {} wants {} {} ({})",
+        out.run.id, approval.call.tool, approval.call.arguments, approval.reason
+    );
+
+    // The program decides itself, through a second connection as any operator would.
+    let mut op = Store::open(&db, Sync::Full)?;
+    let units: i64 = serde_json::from_str::<serde_json::Value>(&approval.call.arguments)?["units"]
+        .as_i64()
+        .unwrap_or(0);
+    op.decide_approval(
+        &approval.id,
+        units <= 10,
+        "embed-example",
+        Some("under the limit of 10"),
+        0,
+    )?;
+
+    let done = runtime
+        .resume(&out.run.id, consumers(&host, &plugins).await?)
+        .await?;
+    println!(
+        "run {} {}: {}",
+        done.run.id,
+        done.run.status,
+        done.run.result.as_deref().unwrap_or("null")
+    );
+    for s in op.load_steps(&done.run.id)? {
+        if let Some(o) = s.observation {
+            println!("  step {}: {} {}", s.index, o.kind, o.content);
+        }
+    }
+    std::fs::remove_dir_all(&dir).ok();
+    anyhow::ensure!(
+        done.run.status == RunStatus::Completed,
+        "the run did not complete"
+    );
+    Ok(())
+}

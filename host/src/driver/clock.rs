@@ -27,7 +27,10 @@ pub struct StepClock {
 
 impl StepClock {
     pub fn new(start: i64, step: i64) -> StepClock {
-        StepClock { now: AtomicI64::new(start), step }
+        StepClock {
+            now: AtomicI64::new(start),
+            step,
+        }
     }
     /// How many readings were taken.
     pub fn readings(&self, start: i64) -> i64 {

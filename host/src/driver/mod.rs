@@ -53,7 +53,13 @@ impl Consumers {
         model: Arc<ModelGate>,
         events: Arc<crate::consumer::EventSink>,
     ) -> Consumers {
-        Consumers { agent, policy, tools, model, events }
+        Consumers {
+            agent,
+            policy,
+            tools,
+            model,
+            events,
+        }
     }
 }
 
@@ -71,7 +77,9 @@ pub enum DriverError {
     Store(#[from] StoreError),
     #[error("run {0} is {1}: there is nothing to resume")]
     Terminal(String, RunStatus),
-    #[error("approval {id} does not match what was shown to the operator ({why}); the run stays paused")]
+    #[error(
+        "approval {id} does not match what was shown to the operator ({why}); the run stays paused"
+    )]
     Tampered { id: String, why: String },
     #[error("{0}")]
     Invalid(String),
@@ -124,7 +132,13 @@ impl Runtime {
     }
 
     /// Starts a new run and drives it until it ends or pauses.
-    pub async fn start(&self, goal: &str, limits: Limits, meta: &str, consumers: Consumers) -> Result<Outcome, DriverError> {
+    pub async fn start(
+        &self,
+        goal: &str,
+        limits: Limits,
+        meta: &str,
+        consumers: Consumers,
+    ) -> Result<Outcome, DriverError> {
         run_loop::start(self, goal, limits, meta, consumers).await
     }
 
@@ -137,9 +151,16 @@ impl Runtime {
 
 /// The hash an approval is bound to: the call (tool and canonical
 /// arguments), the reason and the presentation, canonically encoded.
-pub fn approval_hash(kind: ApprovalKind, call: &ToolCall, reason: &str, presentation: &str) -> String {
+pub fn approval_hash(
+    kind: ApprovalKind,
+    call: &ToolCall,
+    reason: &str,
+    presentation: &str,
+) -> String {
     use sha2::{Digest, Sha256};
-    let parse = |s: &str| serde_json::from_str::<serde_json::Value>(s).unwrap_or(serde_json::Value::String(s.into()));
+    let parse = |s: &str| {
+        serde_json::from_str::<serde_json::Value>(s).unwrap_or(serde_json::Value::String(s.into()))
+    };
     let doc = serde_json::json!({
         "kind": kind.as_str(),
         "tool": call.tool,

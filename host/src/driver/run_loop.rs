@@ -57,7 +57,13 @@ fn heartbeat(rt: &Runtime, run_id: &str, owner: &str) -> Heartbeat {
     }))
 }
 
-pub(super) async fn start(rt: &Runtime, goal: &str, limits: Limits, meta: &str, c: Consumers) -> Result<Outcome, DriverError> {
+pub(super) async fn start(
+    rt: &Runtime,
+    goal: &str,
+    limits: Limits,
+    meta: &str,
+    c: Consumers,
+) -> Result<Outcome, DriverError> {
     if serde_json::from_str::<serde_json::Value>(meta).is_err() {
         return Err(DriverError::Invalid("run meta must be JSON".into()));
     }
@@ -80,17 +86,32 @@ pub(super) async fn start(rt: &Runtime, goal: &str, limits: Limits, meta: &str, 
         created_at: now,
         updated_at: now,
     };
-    let events = vec![NewEvent::new("run.started", None, json!({ "goal": goal, "limits": run.limits }))];
+    let events = vec![NewEvent::new(
+        "run.started",
+        None,
+        json!({ "goal": goal, "limits": run.limits }),
+    )];
     let r = run.clone();
     let committed = rt.store.with(move |s| s.create_run(&r, events)).await??;
-    let mut lp = Loop { rt, owner, run, steps: vec![], approvals: vec![], c };
+    let mut lp = Loop {
+        rt,
+        owner,
+        run,
+        steps: vec![],
+        approvals: vec![],
+        c,
+    };
     lp.notify(&committed.events);
     let _hb = heartbeat(rt, &lp.run.id, &lp.owner);
     let flow = lp.drive().await;
     lp.finish(flow).await
 }
 
-pub(super) async fn resume(rt: &Runtime, run_id: &str, c: Consumers) -> Result<Outcome, DriverError> {
+pub(super) async fn resume(
+    rt: &Runtime,
+    run_id: &str,
+    c: Consumers,
+) -> Result<Outcome, DriverError> {
     let owner = rt.ids.next("lease");
     let now = rt.clock.now_ms();
     let (id, o, ttl) = (run_id.to_string(), owner.clone(), rt.lease_ttl_ms);
@@ -101,10 +122,23 @@ pub(super) async fn resume(rt: &Runtime, run_id: &str, c: Consumers) -> Result<O
     if current.status.is_terminal() {
         return Err(DriverError::Terminal(current.id, current.status));
     }
-    let run = rt.store.with(move |s| s.acquire_lease(&id, &o, now, ttl)).await??;
+    let run = rt
+        .store
+        .with(move |s| s.acquire_lease(&id, &o, now, ttl))
+        .await??;
     let id = run.id.clone();
-    let (steps, approvals) = rt.store.with(move |s| Ok::<_, StoreError>((s.load_steps(&id)?, s.load_approvals(&id)?))).await??;
-    let mut lp = Loop { rt, owner, run, steps, approvals, c };
+    let (steps, approvals) = rt
+        .store
+        .with(move |s| Ok::<_, StoreError>((s.load_steps(&id)?, s.load_approvals(&id)?)))
+        .await??;
+    let mut lp = Loop {
+        rt,
+        owner,
+        run,
+        steps,
+        approvals,
+        c,
+    };
     let _hb = heartbeat(rt, &lp.run.id, &lp.owner);
     let flow = match lp.recover().await {
         Ok(true) => lp.drive().await,
@@ -122,7 +156,11 @@ impl<'r> Loop<'r> {
         };
         // Whatever happened, give the lease back if we still hold it.
         let (id, owner) = (self.run.id.clone(), self.owner.clone());
-        let _ = self.rt.store.with(move |s| s.release_lease(&id, &owner)).await;
+        let _ = self
+            .rt
+            .store
+            .with(move |s| s.release_lease(&id, &owner))
+            .await;
         result
     }
 
@@ -147,7 +185,13 @@ impl<'r> Loop<'r> {
     }
 
     /// Commits one transition and takes what it wrote into the cache.
-    async fn commit(&mut self, mut run: Run, steps: Vec<Step>, approvals: Vec<Approval>, events: Vec<NewEvent>) -> Flow<()> {
+    async fn commit(
+        &mut self,
+        mut run: Run,
+        steps: Vec<Step>,
+        approvals: Vec<Approval>,
+        events: Vec<NewEvent>,
+    ) -> Flow<()> {
         let drained = self.c.model.drain();
         run.model_calls = drained.calls.max(run.model_calls);
         run.tokens = drained.tokens.max(run.tokens);
@@ -155,7 +199,11 @@ impl<'r> Loop<'r> {
             run.lease_owner = None;
             run.lease_expires = None;
         }
-        let crash_point = events.iter().rev().find(|e| !e.kind.starts_with("plugin.")).map(|e| e.kind);
+        let crash_point = events
+            .iter()
+            .rev()
+            .find(|e| !e.kind.starts_with("plugin."))
+            .map(|e| e.kind);
         let mut events = events;
         let logs = self.c.events.drain();
         if !logs.is_empty() {
@@ -164,7 +212,10 @@ impl<'r> Loop<'r> {
             events = all;
         }
         let t = Transition {
-            expect: Expect { status: self.run.status, owner: Some(self.owner.clone()) },
+            expect: Expect {
+                status: self.run.status,
+                owner: Some(self.owner.clone()),
+            },
             run,
             steps,
             approvals,
@@ -196,7 +247,13 @@ impl<'r> Loop<'r> {
                 // Cancelled, or the lease was taken over: stop and report the
                 // run as it now is.
                 let id = self.run.id.clone();
-                let run = self.rt.store.with(move |s| s.run(&id)).await.map_err(DriverError::from)?.map_err(DriverError::from)?;
+                let run = self
+                    .rt
+                    .store
+                    .with(move |s| s.run(&id))
+                    .await
+                    .map_err(DriverError::from)?
+                    .map_err(DriverError::from)?;
                 Err(Halt::Outcome(Outcome { run, pending: None }))
             }
             Err(e) => Err(Halt::Error(e.into())),
@@ -207,8 +264,13 @@ impl<'r> Loop<'r> {
     /// (`KEEL_TEST_CRASH_AT=step.executing@2` is the second such write).
     fn maybe_crash(&self, point: Option<&str>) {
         static SEEN: AtomicU32 = AtomicU32::new(0);
-        let (Some(spec), Some(point)) = (&self.rt.crash_at, point) else { return };
-        let (name, nth) = spec.split_once('@').map(|(n, k)| (n, k.parse().unwrap_or(1))).unwrap_or((spec.as_str(), 1));
+        let (Some(spec), Some(point)) = (&self.rt.crash_at, point) else {
+            return;
+        };
+        let (name, nth) = spec
+            .split_once('@')
+            .map(|(n, k)| (n, k.parse().unwrap_or(1)))
+            .unwrap_or((spec.as_str(), 1));
         if name == point && SEEN.fetch_add(1, Ordering::SeqCst) + 1 == nth {
             std::process::abort();
         }
@@ -231,7 +293,14 @@ impl<'r> Loop<'r> {
     }
 
     /// Ends the run. `step`, when given, is written done with `observation`.
-    async fn end(&mut self, status: RunStatus, reason: &str, result: Option<String>, step: Option<(u32, Observation)>, data: serde_json::Value) -> Flow<Outcome> {
+    async fn end(
+        &mut self,
+        status: RunStatus,
+        reason: &str,
+        result: Option<String>,
+        step: Option<(u32, Observation)>,
+        data: serde_json::Value,
+    ) -> Flow<Outcome> {
         let now = self.now();
         let mut run = self.next_run(now);
         run.status = status;
@@ -245,7 +314,11 @@ impl<'r> Loop<'r> {
             s.state = StepState::Done;
             s.observation = Some(obs);
             s.updated_at = now;
-            events.push(NewEvent::new("step.done", Some(i), json!({ "observation": s.observation })));
+            events.push(NewEvent::new(
+                "step.done",
+                Some(i),
+                json!({ "observation": s.observation }),
+            ));
             steps.push(s);
         }
         let kind = match status {
@@ -259,25 +332,45 @@ impl<'r> Loop<'r> {
         }
         events.push(NewEvent::new(kind, None, data));
         self.commit(run, steps, vec![], events).await?;
-        Ok(Outcome { run: self.run.clone(), pending: None })
+        Ok(Outcome {
+            run: self.run.clone(),
+            pending: None,
+        })
     }
 
     /// Fails the run at step `i` with `{"error": message}` as the step's last word.
     async fn fail_at(&mut self, i: u32, reason: &str, message: &str) -> Flow<Outcome> {
         let obs = Observation::message(ObservationKind::Final, "error", message);
         let result = Some(json!({ "error": message }).to_string());
-        self.end(RunStatus::Failed, reason, result, Some((i, obs)), json!({ "error": message })).await
+        self.end(
+            RunStatus::Failed,
+            reason,
+            result,
+            Some((i, obs)),
+            json!({ "error": message }),
+        )
+        .await
     }
 
     async fn pause_outcome(&mut self) -> Flow<Outcome> {
-        let pending = self.approvals.iter().rev().find(|a| a.status == ApprovalStatus::Pending).cloned();
-        Ok(Outcome { run: self.run.clone(), pending })
+        let pending = self
+            .approvals
+            .iter()
+            .rev()
+            .find(|a| a.status == ApprovalStatus::Pending)
+            .cloned();
+        Ok(Outcome {
+            run: self.run.clone(),
+            pending,
+        })
     }
 
     /// Acts on what a resume finds. `Ok(true)`: continue driving;
     /// `Ok(false)`: stay paused.
     async fn recover(&mut self) -> Flow<bool> {
-        let Some(last) = self.steps.last().cloned() else { return Ok(true) };
+        let Some(last) = self.steps.last().cloned() else {
+            return Ok(true);
+        };
         if self.run.status == RunStatus::WaitingForApproval {
             return self.act_on_approval(last.index).await;
         }
@@ -300,17 +393,24 @@ impl<'r> Loop<'r> {
         let now = self.now();
         let mut s = self.steps[i as usize].clone();
         let (Some(call), Some(effect)) = (s.call.clone(), s.effect) else {
-            return Err(Halt::Error(DriverError::Invalid(format!("step {i} is executing without a call"))));
+            return Err(Halt::Error(DriverError::Invalid(format!(
+                "step {i} is executing without a call"
+            ))));
         };
         let mut events = vec![];
         if s.state != StepState::Interrupted {
             s.version += 1;
             s.state = StepState::Interrupted;
             s.updated_at = now;
-            events.push(NewEvent::new("step.interrupted", Some(i), json!({ "tool": call.tool, "effect": effect })));
+            events.push(NewEvent::new(
+                "step.interrupted",
+                Some(i),
+                json!({ "tool": call.tool, "effect": effect }),
+            ));
         }
         if effect.safe_to_retry() {
-            self.commit(self.next_run(now), vec![s], vec![], events).await?;
+            self.commit(self.next_run(now), vec![s], vec![], events)
+                .await?;
             self.execute(i).await?;
             return Ok(true);
         }
@@ -320,16 +420,39 @@ impl<'r> Loop<'r> {
             effect, call.tool
         );
         let presentation = json!({ "step": i, "effect": effect }).to_string();
-        let approval = self.new_approval(i, ApprovalKind::InterruptedSideEffect, call, reason, presentation, now);
-        events.push(NewEvent::new("approval.requested", Some(i), json!({ "approval": approval.id, "kind": approval.kind, "reason": approval.reason })));
-        events.push(NewEvent::new("run.paused", Some(i), json!({ "approval": approval.id })));
+        let approval = self.new_approval(
+            i,
+            ApprovalKind::InterruptedSideEffect,
+            call,
+            reason,
+            presentation,
+            now,
+        );
+        events.push(NewEvent::new(
+            "approval.requested",
+            Some(i),
+            json!({ "approval": approval.id, "kind": approval.kind, "reason": approval.reason }),
+        ));
+        events.push(NewEvent::new(
+            "run.paused",
+            Some(i),
+            json!({ "approval": approval.id }),
+        ));
         let mut run = self.next_run(now);
         run.status = RunStatus::WaitingForApproval;
         self.commit(run, vec![s], vec![approval], events).await?;
         Ok(false)
     }
 
-    fn new_approval(&self, i: u32, kind: ApprovalKind, call: ToolCall, reason: String, presentation: String, now: i64) -> Approval {
+    fn new_approval(
+        &self,
+        i: u32,
+        kind: ApprovalKind,
+        call: ToolCall,
+        reason: String,
+        presentation: String,
+        now: i64,
+    ) -> Approval {
         let hash = approval_hash(kind, &call, &reason, &presentation);
         Approval {
             id: self.rt.ids.next("appr"),
@@ -351,8 +474,17 @@ impl<'r> Loop<'r> {
 
     /// The run is paused on step `i`: apply the operator's word, if any.
     async fn act_on_approval(&mut self, i: u32) -> Flow<bool> {
-        let Some(a) = self.approvals.iter().rev().find(|a| a.step_index == i).cloned() else {
-            return Err(Halt::Error(DriverError::Invalid(format!("run {} waits for approval but step {i} has none", self.run.id))));
+        let Some(a) = self
+            .approvals
+            .iter()
+            .rev()
+            .find(|a| a.step_index == i)
+            .cloned()
+        else {
+            return Err(Halt::Error(DriverError::Invalid(format!(
+                "run {} waits for approval but step {i} has none",
+                self.run.id
+            ))));
         };
         let now = self.now();
         let step = self.steps[i as usize].clone();
@@ -361,8 +493,19 @@ impl<'r> Loop<'r> {
                 let mut a2 = a.clone();
                 a2.status = ApprovalStatus::Expired;
                 a2.decided_at = Some(now);
-                let obs = Observation::message(ObservationKind::Denied, "reason", "the approval expired before an operator answered");
-                self.close_paused_step(step, obs, vec![a2], "approval.expired", json!({ "approval": a.id })).await?;
+                let obs = Observation::message(
+                    ObservationKind::Denied,
+                    "reason",
+                    "the approval expired before an operator answered",
+                );
+                self.close_paused_step(
+                    step,
+                    obs,
+                    vec![a2],
+                    "approval.expired",
+                    json!({ "approval": a.id }),
+                )
+                .await?;
                 Ok(true)
             }
             ApprovalStatus::Pending => Ok(false),
@@ -373,7 +516,14 @@ impl<'r> Loop<'r> {
                     _ => "the approval expired".to_string(),
                 };
                 let obs = Observation::message(ObservationKind::Denied, "reason", &why);
-                self.close_paused_step(step, obs, vec![], "run.resumed", json!({ "approval": a.id, "status": a.status })).await?;
+                self.close_paused_step(
+                    step,
+                    obs,
+                    vec![],
+                    "run.resumed",
+                    json!({ "approval": a.id, "status": a.status }),
+                )
+                .await?;
                 Ok(true)
             }
             ApprovalStatus::Approved => {
@@ -385,7 +535,11 @@ impl<'r> Loop<'r> {
                 let mut run = self.next_run(now);
                 run.status = RunStatus::Running;
                 let events = vec![
-                    NewEvent::new("run.resumed", Some(i), json!({ "approval": a.id, "by": a.decided_by })),
+                    NewEvent::new(
+                        "run.resumed",
+                        Some(i),
+                        json!({ "approval": a.id, "by": a.decided_by }),
+                    ),
                     NewEvent::new("step.executing", Some(i), json!({ "tool": a.call.tool })),
                 ];
                 self.commit(run, vec![s], vec![], events).await?;
@@ -397,7 +551,12 @@ impl<'r> Loop<'r> {
 
     /// Refuses an approval whose row or step no longer match its hash.
     fn check_approval(&self, a: &Approval, step: &Step) -> Flow<()> {
-        let tampered = |why: &str| Halt::Error(DriverError::Tampered { id: a.id.clone(), why: why.into() });
+        let tampered = |why: &str| {
+            Halt::Error(DriverError::Tampered {
+                id: a.id.clone(),
+                why: why.into(),
+            })
+        };
         if approval_hash(a.kind, &a.call, &a.reason, &a.presentation) != a.hash {
             return Err(tampered("its stored call, reason or presentation changed"));
         }
@@ -406,14 +565,26 @@ impl<'r> Loop<'r> {
         }
         if a.kind == ApprovalKind::Policy {
             match &step.verdict {
-                Some(Verdict::RequireApproval(r)) if r.reason == a.reason && r.presentation == a.presentation => {}
-                _ => return Err(tampered("the step's verdict differs from what was approved")),
+                Some(Verdict::RequireApproval(r))
+                    if r.reason == a.reason && r.presentation == a.presentation => {}
+                _ => {
+                    return Err(tampered(
+                        "the step's verdict differs from what was approved",
+                    ))
+                }
             }
         }
         Ok(())
     }
 
-    async fn close_paused_step(&mut self, mut s: Step, obs: Observation, approvals: Vec<Approval>, kind: &'static str, data: serde_json::Value) -> Flow<()> {
+    async fn close_paused_step(
+        &mut self,
+        mut s: Step,
+        obs: Observation,
+        approvals: Vec<Approval>,
+        kind: &'static str,
+        data: serde_json::Value,
+    ) -> Flow<()> {
         let now = self.now();
         let i = s.index;
         s.version += 1;
@@ -425,7 +596,11 @@ impl<'r> Loop<'r> {
         run.consecutive_failures += 1;
         let events = vec![
             NewEvent::new(kind, Some(i), data),
-            NewEvent::new("step.done", Some(i), json!({ "observation": s.observation })),
+            NewEvent::new(
+                "step.done",
+                Some(i),
+                json!({ "observation": s.observation }),
+            ),
         ];
         self.commit(run, vec![s], approvals, events).await
     }
@@ -437,7 +612,10 @@ impl<'r> Loop<'r> {
                 return self.pause_outcome().await;
             }
             if self.run.status.is_terminal() {
-                return Ok(Outcome { run: self.run.clone(), pending: None });
+                return Ok(Outcome {
+                    run: self.run.clone(),
+                    pending: None,
+                });
             }
             self.reload_if_asked().await?;
             // Reuse a started step left by a crash before its decision.
@@ -458,16 +636,33 @@ impl<'r> Loop<'r> {
         let l = self.run.limits.clone();
         let now = self.now();
         let hit = if self.run.step_count >= l.max_steps {
-            Some(("limit_steps", format!("the run reached its limit of {} steps", l.max_steps)))
-        } else if l.deadline_ms.is_some_and(|d| now - self.run.created_at >= d as i64) {
-            Some(("limit_deadline", "the run passed its wall-clock deadline".to_string()))
+            Some((
+                "limit_steps",
+                format!("the run reached its limit of {} steps", l.max_steps),
+            ))
+        } else if l
+            .deadline_ms
+            .is_some_and(|d| now - self.run.created_at >= d as i64)
+        {
+            Some((
+                "limit_deadline",
+                "the run passed its wall-clock deadline".to_string(),
+            ))
         } else {
             None
         };
         match hit {
             None => Ok(None),
             Some((reason, msg)) => {
-                let out = self.end(RunStatus::Failed, reason, Some(json!({ "error": msg }).to_string()), None, json!({ "error": msg })).await?;
+                let out = self
+                    .end(
+                        RunStatus::Failed,
+                        reason,
+                        Some(json!({ "error": msg }).to_string()),
+                        None,
+                        json!({ "error": msg }),
+                    )
+                    .await?;
                 Ok(Some(out))
             }
         }
@@ -490,7 +685,13 @@ impl<'r> Loop<'r> {
         };
         let mut run = self.next_run(now);
         run.step_count += 1;
-        self.commit(run, vec![step], vec![], vec![NewEvent::new("step.started", Some(i), json!({}))]).await?;
+        self.commit(
+            run,
+            vec![step],
+            vec![],
+            vec![NewEvent::new("step.started", Some(i), json!({}))],
+        )
+        .await?;
         Ok(i)
     }
 
@@ -505,10 +706,20 @@ impl<'r> Loop<'r> {
     /// Decides, judges and executes step `i`.
     async fn step(&mut self, i: u32) -> Flow<()> {
         let l = &self.run.limits;
-        self.c.model.arm(i, self.run.model_calls, self.run.tokens, l.max_model_calls, l.max_tokens);
+        self.c.model.arm(
+            i,
+            self.run.model_calls,
+            self.run.tokens,
+            l.max_model_calls,
+            l.max_tokens,
+        );
         let remaining = self.remaining();
         let decided = {
-            let view = RunView { run: &self.run, steps: &self.steps[..i as usize], approvals: &self.approvals };
+            let view = RunView {
+                run: &self.run,
+                steps: &self.steps[..i as usize],
+                approvals: &self.approvals,
+            };
             let fut = self.c.agent.decide(view);
             match remaining {
                 Some(left) => match tokio::time::timeout(left, fut).await {
@@ -521,12 +732,20 @@ impl<'r> Loop<'r> {
         let limit_hit = self.c.model.drain_limit();
         let decision = match decided {
             None => {
-                let out = self.fail_at(i, "limit_deadline", "the run passed its wall-clock deadline while the agent was deciding").await?;
+                let out = self
+                    .fail_at(
+                        i,
+                        "limit_deadline",
+                        "the run passed its wall-clock deadline while the agent was deciding",
+                    )
+                    .await?;
                 return Err(Halt::Outcome(out));
             }
             Some(_) if limit_hit.is_some() => {
                 let reason = limit_hit.unwrap_or_default();
-                let out = self.fail_at(i, &reason, "the agent's model calls hit the run's limit").await?;
+                let out = self
+                    .fail_at(i, &reason, "the agent's model calls hit the run's limit")
+                    .await?;
                 return Err(Halt::Outcome(out));
             }
             Some(Err(e)) => {
@@ -564,17 +783,32 @@ impl<'r> Loop<'r> {
         s.decision = Some(decision.clone());
         s.updated_at = now;
         let mut run = self.next_run(now);
-        let mut events = vec![NewEvent::new("step.decided", Some(i), json!({ "decision": decision }))];
+        let mut events = vec![NewEvent::new(
+            "step.decided",
+            Some(i),
+            json!({ "decision": decision }),
+        )];
         let invalid = match &decision {
             Decision::Complete(result) => match serde_json::from_str::<serde_json::Value>(result) {
                 Ok(v) => {
                     s.state = StepState::Done;
-                    s.observation = Some(Observation { kind: ObservationKind::Final, content: json!({ "result": v }).to_string() });
+                    s.observation = Some(Observation {
+                        kind: ObservationKind::Final,
+                        content: json!({ "result": v }).to_string(),
+                    });
                     run.status = RunStatus::Completed;
                     run.reason = Some("completed".into());
                     run.result = Some(canonical_json(&v));
-                    events.push(NewEvent::new("step.done", Some(i), json!({ "observation": s.observation })));
-                    events.push(NewEvent::new("run.completed", None, json!({ "reason": "completed", "result": v })));
+                    events.push(NewEvent::new(
+                        "step.done",
+                        Some(i),
+                        json!({ "observation": s.observation }),
+                    ));
+                    events.push(NewEvent::new(
+                        "run.completed",
+                        None,
+                        json!({ "reason": "completed", "result": v }),
+                    ));
                     None
                 }
                 Err(e) => Some(format!("the result of complete is not JSON: {e}")),
@@ -585,8 +819,16 @@ impl<'r> Loop<'r> {
                 run.status = RunStatus::Failed;
                 run.reason = Some("agent_failed".into());
                 run.result = Some(json!({ "error": why }).to_string());
-                events.push(NewEvent::new("step.done", Some(i), json!({ "observation": s.observation })));
-                events.push(NewEvent::new("run.failed", None, json!({ "reason": "agent_failed", "error": why })));
+                events.push(NewEvent::new(
+                    "step.done",
+                    Some(i),
+                    json!({ "observation": s.observation }),
+                ));
+                events.push(NewEvent::new(
+                    "run.failed",
+                    None,
+                    json!({ "reason": "agent_failed", "error": why }),
+                ));
                 None
             }
             Decision::Invalid(why) => Some(why.clone()),
@@ -602,14 +844,25 @@ impl<'r> Loop<'r> {
         };
         if let Some(why) = invalid {
             s.state = StepState::Done;
-            s.observation = Some(Observation::message(ObservationKind::InvalidDecision, "error", &why));
-            events.push(NewEvent::new("step.done", Some(i), json!({ "observation": s.observation })));
+            s.observation = Some(Observation::message(
+                ObservationKind::InvalidDecision,
+                "error",
+                &why,
+            ));
+            events.push(NewEvent::new(
+                "step.done",
+                Some(i),
+                json!({ "observation": s.observation }),
+            ));
             run.consecutive_failures += 1;
             self.limit_failures(&mut run, &mut events);
         }
         let ended = run.status.is_terminal();
         self.commit(run, vec![s], vec![], events).await?;
-        Ok(ended.then(|| Outcome { run: self.run.clone(), pending: None }))
+        Ok(ended.then(|| Outcome {
+            run: self.run.clone(),
+            pending: None,
+        }))
     }
 
     /// Ends `run` in the same transition when it failed too often in a row.
@@ -620,7 +873,11 @@ impl<'r> Loop<'r> {
             run.reason = Some("limit_consecutive_failures".into());
             let msg = format!("{} consecutive failed steps", run.consecutive_failures);
             run.result = Some(json!({ "error": msg }).to_string());
-            events.push(NewEvent::new("run.failed", None, json!({ "reason": "limit_consecutive_failures", "error": msg })));
+            events.push(NewEvent::new(
+                "run.failed",
+                None,
+                json!({ "reason": "limit_consecutive_failures", "error": msg }),
+            ));
         }
     }
 
@@ -629,22 +886,36 @@ impl<'r> Loop<'r> {
     async fn judge(&mut self, i: u32) -> Flow<Option<Outcome>> {
         let s = self.steps[i as usize].clone();
         let (Some(call), Some(effect)) = (s.call.clone(), s.effect) else {
-            return Err(Halt::Error(DriverError::Invalid(format!("step {i} is decided without a valid call"))));
+            return Err(Halt::Error(DriverError::Invalid(format!(
+                "step {i} is decided without a valid call"
+            ))));
         };
         let verdict = {
-            let view = RunView { run: &self.run, steps: &self.steps[..i as usize], approvals: &self.approvals };
+            let view = RunView {
+                run: &self.run,
+                steps: &self.steps[..i as usize],
+                approvals: &self.approvals,
+            };
             self.c.policy.evaluate(&call, effect, view).await
         };
         let verdict = match verdict {
-            Ok(Verdict::RequireApproval(r)) if serde_json::from_str::<serde_json::Value>(&r.presentation).is_err() => {
-                Err(ConsumerError::Failed("the approval presentation is not JSON".into()))
+            Ok(Verdict::RequireApproval(r))
+                if serde_json::from_str::<serde_json::Value>(&r.presentation).is_err() =>
+            {
+                Err(ConsumerError::Failed(
+                    "the approval presentation is not JSON".into(),
+                ))
             }
             v => v,
         };
         let verdict = match verdict {
             Ok(v) => v,
             Err(e) => {
-                let reason = if matches!(e, ConsumerError::Trapped { .. }) { "policy_trapped" } else { "policy_error" };
+                let reason = if matches!(e, ConsumerError::Trapped { .. }) {
+                    "policy_trapped"
+                } else {
+                    "policy_error"
+                };
                 return self.fail_at(i, reason, &e.to_string()).await.map(Some);
             }
         };
@@ -655,41 +926,83 @@ impl<'r> Loop<'r> {
         s.updated_at = now;
         let mut run = self.next_run(now);
         let mut approvals = vec![];
-        let mut events = vec![NewEvent::new("step.verdict", Some(i), json!({ "verdict": verdict }))];
+        let mut events = vec![NewEvent::new(
+            "step.verdict",
+            Some(i),
+            json!({ "verdict": verdict }),
+        )];
         match &verdict {
             Verdict::Allow => {
                 s.state = StepState::Executing;
-                events.push(NewEvent::new("step.executing", Some(i), json!({ "tool": call.tool })));
+                events.push(NewEvent::new(
+                    "step.executing",
+                    Some(i),
+                    json!({ "tool": call.tool }),
+                ));
             }
             Verdict::Deny(reason) => {
                 s.state = StepState::Done;
-                s.observation = Some(Observation::message(ObservationKind::Denied, "reason", reason));
+                s.observation = Some(Observation::message(
+                    ObservationKind::Denied,
+                    "reason",
+                    reason,
+                ));
                 run.consecutive_failures += 1;
-                events.push(NewEvent::new("step.done", Some(i), json!({ "observation": s.observation })));
+                events.push(NewEvent::new(
+                    "step.done",
+                    Some(i),
+                    json!({ "observation": s.observation }),
+                ));
                 self.limit_failures(&mut run, &mut events);
             }
             Verdict::RequireApproval(req) => {
                 s.state = StepState::AwaitingApproval;
-                let a = self.new_approval(i, ApprovalKind::Policy, call.clone(), req.reason.clone(), req.presentation.clone(), now);
+                let a = self.new_approval(
+                    i,
+                    ApprovalKind::Policy,
+                    call.clone(),
+                    req.reason.clone(),
+                    req.presentation.clone(),
+                    now,
+                );
                 events.push(NewEvent::new("approval.requested", Some(i), json!({ "approval": a.id, "kind": a.kind, "tool": call.tool, "arguments": serde_json::from_str::<serde_json::Value>(&call.arguments).unwrap_or_default(), "reason": a.reason })));
-                events.push(NewEvent::new("run.paused", Some(i), json!({ "approval": a.id })));
+                events.push(NewEvent::new(
+                    "run.paused",
+                    Some(i),
+                    json!({ "approval": a.id }),
+                ));
                 run.status = RunStatus::WaitingForApproval;
                 approvals.push(a);
             }
             Verdict::Abort(reason) => {
                 s.state = StepState::Done;
-                s.observation = Some(Observation::message(ObservationKind::Final, "aborted", reason));
+                s.observation = Some(Observation::message(
+                    ObservationKind::Final,
+                    "aborted",
+                    reason,
+                ));
                 run.status = RunStatus::Failed;
                 run.reason = Some("policy_abort".into());
                 run.result = Some(json!({ "error": reason }).to_string());
-                events.push(NewEvent::new("step.done", Some(i), json!({ "observation": s.observation })));
-                events.push(NewEvent::new("run.failed", None, json!({ "reason": "policy_abort", "error": reason })));
+                events.push(NewEvent::new(
+                    "step.done",
+                    Some(i),
+                    json!({ "observation": s.observation }),
+                ));
+                events.push(NewEvent::new(
+                    "run.failed",
+                    None,
+                    json!({ "reason": "policy_abort", "error": reason }),
+                ));
             }
         }
         self.commit(run, vec![s], approvals, events).await?;
         match self.run.status {
             RunStatus::WaitingForApproval => Ok(Some(self.pause_outcome().await?)),
-            st if st.is_terminal() => Ok(Some(Outcome { run: self.run.clone(), pending: None })),
+            st if st.is_terminal() => Ok(Some(Outcome {
+                run: self.run.clone(),
+                pending: None,
+            })),
             _ => Ok(None),
         }
     }
@@ -697,7 +1010,10 @@ impl<'r> Loop<'r> {
     /// Runs the tool of step `i` (already durably `executing`) and records
     /// its result.
     async fn execute(&mut self, i: u32) -> Flow<()> {
-        let call = self.steps[i as usize].call.clone().ok_or_else(|| DriverError::Invalid(format!("step {i} has no call")))?;
+        let call = self.steps[i as usize]
+            .call
+            .clone()
+            .ok_or_else(|| DriverError::Invalid(format!("step {i} has no call")))?;
         let result = {
             let tools = self.c.tools.clone();
             let c2 = call.clone();
@@ -708,9 +1024,14 @@ impl<'r> Loop<'r> {
                 None => Some(task.await),
             };
             match joined {
-                None => Err(ToolError::new("the run passed its wall-clock deadline while the tool ran")),
+                None => Err(ToolError::new(
+                    "the run passed its wall-clock deadline while the tool ran",
+                )),
                 Some(Ok(r)) => r,
-                Some(Err(e)) => Err(ToolError::new(format!("the tool panicked: {}", panic_message(e)))),
+                Some(Err(e)) => Err(ToolError::new(format!(
+                    "the tool panicked: {}",
+                    panic_message(e)
+                ))),
             }
         };
         if let Some(spec) = &self.rt.crash_at {
@@ -728,11 +1049,18 @@ impl<'r> Loop<'r> {
             Ok(text) => match serde_json::from_str::<serde_json::Value>(&text) {
                 Ok(_) => {
                     run.consecutive_failures = 0;
-                    Observation { kind: ObservationKind::ToolResult, content: text }
+                    Observation {
+                        kind: ObservationKind::ToolResult,
+                        content: text,
+                    }
                 }
                 Err(e) => {
                     run.consecutive_failures += 1;
-                    Observation::message(ObservationKind::ToolError, "error", &format!("the tool's result is not JSON: {e}"))
+                    Observation::message(
+                        ObservationKind::ToolError,
+                        "error",
+                        &format!("the tool's result is not JSON: {e}"),
+                    )
                 }
             },
             Err(e) => {
@@ -740,7 +1068,11 @@ impl<'r> Loop<'r> {
                 Observation::message(ObservationKind::ToolError, "error", &e.to_string())
             }
         });
-        let mut events = vec![NewEvent::new("step.done", Some(i), json!({ "observation": s.observation }))];
+        let mut events = vec![NewEvent::new(
+            "step.done",
+            Some(i),
+            json!({ "observation": s.observation }),
+        )];
         self.limit_failures(&mut run, &mut events);
         let max_same = run.limits.max_identical_calls;
         if max_same > 0 && !run.status.is_terminal() && self.identical_run(&s) >= max_same {
@@ -748,7 +1080,11 @@ impl<'r> Loop<'r> {
             run.reason = Some("limit_identical_calls".into());
             let msg = format!("the same call with the same result {max_same} times in a row");
             run.result = Some(json!({ "error": msg }).to_string());
-            events.push(NewEvent::new("run.failed", None, json!({ "reason": "limit_identical_calls", "error": msg })));
+            events.push(NewEvent::new(
+                "run.failed",
+                None,
+                json!({ "reason": "limit_identical_calls", "error": msg }),
+            ));
         }
         self.commit(run, vec![s], vec![], events).await
     }
@@ -758,7 +1094,8 @@ impl<'r> Loop<'r> {
     fn identical_run(&self, last: &Step) -> u32 {
         let mut n = 1;
         for prev in self.steps[..last.index as usize].iter().rev() {
-            if prev.call == last.call && prev.observation == last.observation && prev.call.is_some() {
+            if prev.call == last.call && prev.observation == last.observation && prev.call.is_some()
+            {
                 n += 1;
             } else {
                 break;

@@ -7,7 +7,9 @@
 
 mod stub;
 
-pub use keel_guest::{FinishReason, Message, ModelError, ModelRequest, ModelResponse, ModelToolCall, Role};
+pub use keel_guest::{
+    FinishReason, Message, ModelError, ModelRequest, ModelResponse, ModelToolCall, Role,
+};
 pub use stub::StubProvider;
 
 use crate::store::ModelCallRecord;
@@ -52,7 +54,10 @@ pub struct GateDrain {
 
 impl ModelGate {
     pub fn new(provider: Arc<dyn ModelProvider>) -> ModelGate {
-        ModelGate { provider, state: Mutex::new(GateState::default()) }
+        ModelGate {
+            provider,
+            state: Mutex::new(GateState::default()),
+        }
     }
 
     /// Sets the counters from the run row and the limits; called by the loop
@@ -77,9 +82,15 @@ impl ModelGate {
         {
             let mut s = self.lock();
             let refused = if s.calls >= s.max_calls {
-                Some(("limit_model_calls", format!("the run may make at most {} model calls", s.max_calls)))
+                Some((
+                    "limit_model_calls",
+                    format!("the run may make at most {} model calls", s.max_calls),
+                ))
             } else if s.tokens >= s.max_tokens {
-                Some(("limit_tokens", format!("the run may use at most {} tokens", s.max_tokens)))
+                Some((
+                    "limit_tokens",
+                    format!("the run may use at most {} tokens", s.max_tokens),
+                ))
             } else {
                 None
             };

@@ -17,7 +17,11 @@ pub struct StubProvider {
 
 impl StubProvider {
     pub fn new(latency: Duration) -> StubProvider {
-        StubProvider { latency, answer: "done".into(), ..Default::default() }
+        StubProvider {
+            latency,
+            answer: "done".into(),
+            ..Default::default()
+        }
     }
 }
 
@@ -31,18 +35,44 @@ impl ModelProvider for StubProvider {
         if !self.latency.is_zero() {
             tokio::time::sleep(self.latency).await;
         }
-        let prompt_tokens = request.messages.iter().map(|m| m.content.len() / 4 + 1).sum::<usize>() as u32;
-        let results = request.messages.iter().filter(|m| m.role == Role::Tool).count();
+        let prompt_tokens = request
+            .messages
+            .iter()
+            .map(|m| m.content.len() / 4 + 1)
+            .sum::<usize>() as u32;
+        let results = request
+            .messages
+            .iter()
+            .filter(|m| m.role == Role::Tool)
+            .count();
         let message = match &self.tool_call {
             Some((name, args)) if results < self.calls_before_answer => Message {
                 role: Role::Assistant,
                 content: String::new(),
-                tool_calls: vec![ModelToolCall { id: format!("stub_{results}"), name: name.clone(), arguments: args.clone() }],
+                tool_calls: vec![ModelToolCall {
+                    id: format!("stub_{results}"),
+                    name: name.clone(),
+                    arguments: args.clone(),
+                }],
                 tool_call_id: None,
             },
-            _ => Message { role: Role::Assistant, content: self.answer.clone(), tool_calls: vec![], tool_call_id: None },
+            _ => Message {
+                role: Role::Assistant,
+                content: self.answer.clone(),
+                tool_calls: vec![],
+                tool_call_id: None,
+            },
         };
-        let finish_reason = if message.tool_calls.is_empty() { FinishReason::Stop } else { FinishReason::ToolCalls };
-        Ok(ModelResponse { completion_tokens: 1 + message.content.len() as u32 / 4, message, finish_reason, prompt_tokens })
+        let finish_reason = if message.tool_calls.is_empty() {
+            FinishReason::Stop
+        } else {
+            FinishReason::ToolCalls
+        };
+        Ok(ModelResponse {
+            completion_tokens: 1 + message.content.len() as u32 / 4,
+            message,
+            finish_reason,
+            prompt_tokens,
+        })
     }
 }

@@ -9,7 +9,11 @@ pub enum StoreError {
     #[error("{path}: a SQLite database that is not a Keel store (application id {found:#x})")]
     Foreign { path: String, found: i64 },
     #[error("{path}: schema version {found} is newer than this keel understands ({supported}); upgrade keel")]
-    TooNew { path: String, found: i64, supported: i64 },
+    TooNew {
+        path: String,
+        found: i64,
+        supported: i64,
+    },
     #[error("{path}: the store was never initialised; run a command that writes (such as `keel run`) first")]
     Uninitialised { path: String },
     #[error("the database is locked by another writer (waited {waited_ms} ms)")]
@@ -25,9 +29,17 @@ pub enum StoreError {
     /// A compare-and-set failed: the run is no longer in the state the writer
     /// expected (cancelled by an operator, or its lease taken over).
     #[error("run {run_id} changed under this writer: it is {status} (lease owner {owner:?})")]
-    Conflict { run_id: String, status: RunStatus, owner: Option<String> },
+    Conflict {
+        run_id: String,
+        status: RunStatus,
+        owner: Option<String>,
+    },
     #[error("run {run_id} is leased by {owner} until {expires} (ms since epoch)")]
-    Leased { run_id: String, owner: String, expires: i64 },
+    Leased {
+        run_id: String,
+        owner: String,
+        expires: i64,
+    },
     #[error("{0}")]
     Refused(String),
     #[error("stored row is not valid: {0}")]
@@ -42,7 +54,9 @@ impl From<rusqlite::Error> for StoreError {
         if let rusqlite::Error::SqliteFailure(f, _) = &e {
             match f.code {
                 ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked => {
-                    return StoreError::Locked { waited_ms: super::BUSY_TIMEOUT_MS }
+                    return StoreError::Locked {
+                        waited_ms: super::BUSY_TIMEOUT_MS,
+                    }
                 }
                 ErrorCode::DiskFull => return StoreError::DiskFull,
                 ErrorCode::ReadOnly => return StoreError::ReadOnly,

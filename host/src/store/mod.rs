@@ -52,7 +52,11 @@ pub struct NewEvent {
 
 impl NewEvent {
     pub fn new(kind: &'static str, step_index: Option<u32>, data: serde_json::Value) -> NewEvent {
-        NewEvent { step_index, kind, data }
+        NewEvent {
+            step_index,
+            kind,
+            data,
+        }
     }
 }
 
@@ -106,10 +110,16 @@ impl Store {
         let path_s = p.display().to_string();
         let conn = Connection::open_with_flags(
             p,
-            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            OpenFlags::SQLITE_OPEN_READ_WRITE
+                | OpenFlags::SQLITE_OPEN_CREATE
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )
         .map_err(|e| classify_open(&path_s, e))?;
-        let mut store = Store { conn, path: path_s, read_only: false };
+        let mut store = Store {
+            conn,
+            path: path_s,
+            read_only: false,
+        };
         store.configure_writer(sync)?;
         store.migrate()?;
         Ok(store)
@@ -118,8 +128,14 @@ impl Store {
     /// A private in-memory store (tests, benchmarks, the fan-out comparison).
     pub fn open_in_memory() -> Result<Store, StoreError> {
         let conn = Connection::open_in_memory()?;
-        let mut store = Store { conn, path: ":memory:".into(), read_only: false };
-        store.conn.busy_timeout(Duration::from_millis(BUSY_TIMEOUT_MS))?;
+        let mut store = Store {
+            conn,
+            path: ":memory:".into(),
+            read_only: false,
+        };
+        store
+            .conn
+            .busy_timeout(Duration::from_millis(BUSY_TIMEOUT_MS))?;
         store.migrate()?;
         Ok(store)
     }
@@ -139,16 +155,29 @@ impl Store {
         )
         .map_err(|e| classify_open(&path_s, e))?;
         conn.busy_timeout(Duration::from_millis(BUSY_TIMEOUT_MS))?;
-        let store = Store { conn, path: path_s, read_only: true };
+        let store = Store {
+            conn,
+            path: path_s,
+            read_only: true,
+        };
         let (app, version) = store.identity()?;
         if version == 0 {
-            return Err(StoreError::Uninitialised { path: store.path.clone() });
+            return Err(StoreError::Uninitialised {
+                path: store.path.clone(),
+            });
         }
         if app != schema::APPLICATION_ID {
-            return Err(StoreError::Foreign { path: store.path.clone(), found: app });
+            return Err(StoreError::Foreign {
+                path: store.path.clone(),
+                found: app,
+            });
         }
         if version > CURRENT_VERSION {
-            return Err(StoreError::TooNew { path: store.path.clone(), found: version, supported: CURRENT_VERSION });
+            return Err(StoreError::TooNew {
+                path: store.path.clone(),
+                found: version,
+                supported: CURRENT_VERSION,
+            });
         }
         Ok(store)
     }
@@ -158,20 +187,26 @@ impl Store {
     }
 
     fn configure_writer(&mut self, sync: Sync) -> Result<(), StoreError> {
-        self.conn.busy_timeout(Duration::from_millis(BUSY_TIMEOUT_MS))?;
+        self.conn
+            .busy_timeout(Duration::from_millis(BUSY_TIMEOUT_MS))?;
         // The first statement that reads the file tells a corrupt file apart.
         let mode: String = self
             .conn
             .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
             .map_err(|e| classify_open(&self.path, e))?;
         if mode != "wal" && self.path != ":memory:" {
-            return Err(StoreError::Refused(format!("{}: cannot switch to WAL mode (got {mode})", self.path)));
+            return Err(StoreError::Refused(format!(
+                "{}: cannot switch to WAL mode (got {mode})",
+                self.path
+            )));
         }
         let sync = match sync {
             Sync::Full => "FULL",
             Sync::Normal => "NORMAL",
         };
-        self.conn.execute_batch(&format!("PRAGMA synchronous={sync}; PRAGMA foreign_keys=ON;"))?;
+        self.conn.execute_batch(&format!(
+            "PRAGMA synchronous={sync}; PRAGMA foreign_keys=ON;"
+        ))?;
         self.conn.set_prepared_statement_cache_capacity(64);
         Ok(())
     }
@@ -181,24 +216,36 @@ impl Store {
             .conn
             .query_row("PRAGMA application_id", [], |r| r.get(0))
             .map_err(|e| classify_open(&self.path, e))?;
-        let version: i64 = self.conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        let version: i64 = self
+            .conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))?;
         Ok((app, version))
     }
 
     fn migrate(&mut self) -> Result<(), StoreError> {
         let (app, version) = self.identity()?;
         if version > CURRENT_VERSION {
-            return Err(StoreError::TooNew { path: self.path.clone(), found: version, supported: CURRENT_VERSION });
+            return Err(StoreError::TooNew {
+                path: self.path.clone(),
+                found: version,
+                supported: CURRENT_VERSION,
+            });
         }
         let has_tables: i64 =
-            self.conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))?;
+            self.conn
+                .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))?;
         if app != schema::APPLICATION_ID && (version != 0 || has_tables != 0) {
-            return Err(StoreError::Foreign { path: self.path.clone(), found: app });
+            return Err(StoreError::Foreign {
+                path: self.path.clone(),
+                found: app,
+            });
         }
         if version == CURRENT_VERSION {
             return Ok(());
         }
-        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
         for (i, m) in schema::MIGRATIONS.iter().enumerate().skip(version as usize) {
             tx.execute_batch(m)?;
             tx.pragma_update(None, "user_version", (i + 1) as i64)?;
@@ -218,9 +265,15 @@ impl Store {
 
     /// Inserts a new run (status `running`, leased to `run.lease_owner`) with
     /// its `run.started` event.
-    pub fn create_run(&mut self, run: &Run, events: Vec<NewEvent>) -> Result<Committed, StoreError> {
+    pub fn create_run(
+        &mut self,
+        run: &Run,
+        events: Vec<NewEvent>,
+    ) -> Result<Committed, StoreError> {
         self.writable()?;
-        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
         tx.prepare_cached(&format!(
             "INSERT INTO runs ({RUN_COLUMNS}) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15)"
         ))?
@@ -243,13 +296,20 @@ impl Store {
         ])?;
         let events = insert_events(&tx, &run.id, run.updated_at, events)?;
         tx.commit()?;
-        Ok(Committed { run: run.clone(), steps: vec![], approvals: vec![], events })
+        Ok(Committed {
+            run: run.clone(),
+            steps: vec![],
+            approvals: vec![],
+            events,
+        })
     }
 
     /// Applies one transition in its own transaction.
     pub fn commit(&mut self, t: Transition) -> Result<Committed, StoreError> {
         self.writable()?;
-        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
         let done = apply(&tx, t)?;
         tx.commit()?;
         Ok(done)
@@ -258,9 +318,14 @@ impl Store {
     /// Applies many runs' transitions in one transaction (group commit): each
     /// inside its own savepoint, so one failed compare-and-set rolls back only
     /// that transition. One sync covers them all.
-    pub fn commit_group(&mut self, ts: Vec<Transition>) -> Result<Vec<Result<Committed, StoreError>>, StoreError> {
+    pub fn commit_group(
+        &mut self,
+        ts: Vec<Transition>,
+    ) -> Result<Vec<Result<Committed, StoreError>>, StoreError> {
         self.writable()?;
-        let mut tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
         let mut out = Vec::with_capacity(ts.len());
         for t in ts {
             let sp = tx.savepoint()?;
@@ -281,7 +346,9 @@ impl Store {
     }
 
     pub fn get_run(&self, id: &str) -> Result<Option<Run>, StoreError> {
-        let mut stmt = self.conn.prepare_cached(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE id=?1"))?;
+        let mut stmt = self
+            .conn
+            .prepare_cached(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE id=?1"))?;
         let mut rows = stmt.query([id])?;
         match rows.next()? {
             Some(r) => Ok(Some(read_run(r)?)),
@@ -290,7 +357,8 @@ impl Store {
     }
 
     pub fn run(&self, id: &str) -> Result<Run, StoreError> {
-        self.get_run(id)?.ok_or_else(|| StoreError::RunNotFound(id.to_string()))
+        self.get_run(id)?
+            .ok_or_else(|| StoreError::RunNotFound(id.to_string()))
     }
 
     /// Runs, newest first.
@@ -307,14 +375,18 @@ impl Store {
     }
 
     pub fn step_rows(&self, run_id: &str) -> Result<Vec<StepRow>, StoreError> {
-        let mut stmt =
-            self.conn.prepare_cached(&format!("SELECT {STEP_COLUMNS} FROM steps WHERE run_id=?1 ORDER BY idx"))?;
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {STEP_COLUMNS} FROM steps WHERE run_id=?1 ORDER BY idx"
+        ))?;
         let rows = stmt.query_map([run_id], StepRow::read)?;
         Ok(rows.collect::<Result<Vec<_>, _>>()?)
     }
 
     pub fn load_steps(&self, run_id: &str) -> Result<Vec<Step>, StoreError> {
-        self.step_rows(run_id)?.iter().map(StepRow::decode).collect()
+        self.step_rows(run_id)?
+            .iter()
+            .map(StepRow::decode)
+            .collect()
     }
 
     pub fn approval_rows(&self, run_id: &str) -> Result<Vec<ApprovalRow>, StoreError> {
@@ -326,19 +398,29 @@ impl Store {
     }
 
     pub fn load_approvals(&self, run_id: &str) -> Result<Vec<Approval>, StoreError> {
-        self.approval_rows(run_id)?.iter().map(ApprovalRow::decode).collect()
+        self.approval_rows(run_id)?
+            .iter()
+            .map(ApprovalRow::decode)
+            .collect()
     }
 
     pub fn approval(&self, id: &str) -> Result<Approval, StoreError> {
-        let mut stmt =
-            self.conn.prepare_cached(&format!("SELECT {APPROVAL_COLUMNS} FROM approvals WHERE id=?1"))?;
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {APPROVAL_COLUMNS} FROM approvals WHERE id=?1"
+        ))?;
         let row = stmt.query_row([id], ApprovalRow::read).optional()?;
-        row.ok_or_else(|| StoreError::ApprovalNotFound(id.to_string()))?.decode()
+        row.ok_or_else(|| StoreError::ApprovalNotFound(id.to_string()))?
+            .decode()
     }
 
     /// Events with a sequence number above `after`, oldest first; all runs'
     /// when `run_id` is `None`. Followers poll this.
-    pub fn events_after(&self, run_id: Option<&str>, after: i64, limit: u32) -> Result<Vec<Event>, StoreError> {
+    pub fn events_after(
+        &self,
+        run_id: Option<&str>,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<Event>, StoreError> {
         let mut stmt = self.conn.prepare_cached(
             "SELECT seq, run_id, step_idx, kind, data, at FROM events
              WHERE seq > ?1 AND (?2 IS NULL OR run_id = ?2) ORDER BY seq LIMIT ?3",
@@ -349,16 +431,29 @@ impl Store {
 
     /// Number of model calls recorded for a run.
     pub fn model_call_count(&self, run_id: &str) -> Result<u32, StoreError> {
-        Ok(self.conn.query_row("SELECT count(*) FROM model_calls WHERE run_id=?1", [run_id], |r| r.get(0))?)
+        Ok(self.conn.query_row(
+            "SELECT count(*) FROM model_calls WHERE run_id=?1",
+            [run_id],
+            |r| r.get(0),
+        )?)
     }
 
     /// Takes the run's lease for `owner` if nobody holds it, it is `owner`'s,
     /// or it expired (recorded as a `lease.taken_over` event).
-    pub fn acquire_lease(&mut self, run_id: &str, owner: &str, now: i64, ttl_ms: i64) -> Result<Run, StoreError> {
+    pub fn acquire_lease(
+        &mut self,
+        run_id: &str,
+        owner: &str,
+        now: i64,
+        ttl_ms: i64,
+    ) -> Result<Run, StoreError> {
         self.writable()?;
-        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
         let run = {
-            let mut stmt = tx.prepare_cached(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE id=?1"))?;
+            let mut stmt =
+                tx.prepare_cached(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE id=?1"))?;
             let mut rows = stmt.query([run_id])?;
             match rows.next()? {
                 Some(r) => read_run(r)?,
@@ -368,7 +463,11 @@ impl Store {
         let mut events = Vec::new();
         match (&run.lease_owner, run.lease_expires) {
             (Some(o), Some(exp)) if o != owner && exp > now => {
-                return Err(StoreError::Leased { run_id: run_id.into(), owner: o.clone(), expires: exp })
+                return Err(StoreError::Leased {
+                    run_id: run_id.into(),
+                    owner: o.clone(),
+                    expires: exp,
+                })
             }
             (Some(o), _) if o != owner => events.push(NewEvent::new(
                 "lease.taken_over",
@@ -383,7 +482,9 @@ impl Store {
             )?
             .execute(params![run_id, owner, now + ttl_ms, run.lease_owner])?;
         if n != 1 {
-            return Err(StoreError::Refused(format!("run {run_id}: lease changed while taking it")));
+            return Err(StoreError::Refused(format!(
+                "run {run_id}: lease changed while taking it"
+            )));
         }
         insert_events(&tx, run_id, now, events)?;
         tx.commit()?;
@@ -394,7 +495,13 @@ impl Store {
     }
 
     /// Extends `owner`'s lease. `false` when it no longer holds it.
-    pub fn heartbeat(&mut self, run_id: &str, owner: &str, now: i64, ttl_ms: i64) -> Result<bool, StoreError> {
+    pub fn heartbeat(
+        &mut self,
+        run_id: &str,
+        owner: &str,
+        now: i64,
+        ttl_ms: i64,
+    ) -> Result<bool, StoreError> {
         self.writable()?;
         let n = self
             .conn
@@ -416,9 +523,12 @@ impl Store {
     /// compare-and-set and the loop returns the cancelled run.
     pub fn cancel(&mut self, run_id: &str, who: &str, now: i64) -> Result<Run, StoreError> {
         self.writable()?;
-        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
         let run = {
-            let mut stmt = tx.prepare_cached(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE id=?1"))?;
+            let mut stmt =
+                tx.prepare_cached(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE id=?1"))?;
             let mut rows = stmt.query([run_id])?;
             match rows.next()? {
                 Some(r) => read_run(r)?,
@@ -426,7 +536,10 @@ impl Store {
             }
         };
         if run.status.is_terminal() {
-            return Err(StoreError::Refused(format!("run {run_id} is already {}", run.status)));
+            return Err(StoreError::Refused(format!(
+                "run {run_id} is already {}",
+                run.status
+            )));
         }
         tx.prepare_cached(
             "UPDATE runs SET status='cancelled', reason='operator_cancelled', updated_at=?2 WHERE id=?1 AND status=?3",
@@ -436,7 +549,11 @@ impl Store {
             &tx,
             run_id,
             now,
-            vec![NewEvent::new("run.cancelled", None, serde_json::json!({ "by": who, "was": run.status }))],
+            vec![NewEvent::new(
+                "run.cancelled",
+                None,
+                serde_json::json!({ "by": who, "was": run.status }),
+            )],
         )?;
         tx.commit()?;
         self.run(run_id)
@@ -453,15 +570,22 @@ impl Store {
         now: i64,
     ) -> Result<Approval, StoreError> {
         self.writable()?;
-        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
         let row = tx
-            .prepare_cached(&format!("SELECT {APPROVAL_COLUMNS} FROM approvals WHERE id=?1"))?
+            .prepare_cached(&format!(
+                "SELECT {APPROVAL_COLUMNS} FROM approvals WHERE id=?1"
+            ))?
             .query_row([approval_id], ApprovalRow::read)
             .optional()?
             .ok_or_else(|| StoreError::ApprovalNotFound(approval_id.to_string()))?;
         let a = row.decode()?;
         if a.status != ApprovalStatus::Pending {
-            return Err(StoreError::Refused(format!("approval {approval_id} is not pending: it is {}", a.status)));
+            return Err(StoreError::Refused(format!(
+                "approval {approval_id} is not pending: it is {}",
+                a.status
+            )));
         }
         if let Some(exp) = a.expires_at {
             if exp <= now {
@@ -470,16 +594,30 @@ impl Store {
                 )));
             }
         }
-        let status: String = tx.query_row("SELECT status FROM runs WHERE id=?1", [&a.run_id], |r| r.get(0))?;
+        let status: String =
+            tx.query_row("SELECT status FROM runs WHERE id=?1", [&a.run_id], |r| {
+                r.get(0)
+            })?;
         if status != RunStatus::WaitingForApproval.as_str() {
-            return Err(StoreError::Refused(format!("run {} is {status}, not waiting for approval", a.run_id)));
+            return Err(StoreError::Refused(format!(
+                "run {} is {status}, not waiting for approval",
+                a.run_id
+            )));
         }
-        let new_status = if approve { ApprovalStatus::Approved } else { ApprovalStatus::Denied };
+        let new_status = if approve {
+            ApprovalStatus::Approved
+        } else {
+            ApprovalStatus::Denied
+        };
         tx.prepare_cached(
             "UPDATE approvals SET status=?2, decided_by=?3, note=?4, decided_at=?5 WHERE id=?1 AND status='pending'",
         )?
         .execute(params![approval_id, new_status.as_str(), who, note, now])?;
-        let kind = if approve { "approval.approved" } else { "approval.denied" };
+        let kind = if approve {
+            "approval.approved"
+        } else {
+            "approval.denied"
+        };
         insert_events(
             &tx,
             &a.run_id,
@@ -500,7 +638,8 @@ impl Store {
             "SELECT {APPROVAL_COLUMNS} FROM approvals WHERE status='pending' ORDER BY created_at, id"
         ))?;
         let rows = stmt.query_map([], ApprovalRow::read)?;
-        rows.map(|r| r.map_err(StoreError::from).and_then(|r| r.decode())).collect()
+        rows.map(|r| r.map_err(StoreError::from).and_then(|r| r.decode()))
+            .collect()
     }
 
     /// Direct access for tests that tamper with rows.
@@ -512,7 +651,8 @@ impl Store {
 
 fn apply(tx: &rusqlite::Connection, t: Transition) -> Result<Committed, StoreError> {
     let run = &t.run;
-    let limits = serde_json::to_string(&run.limits).map_err(|e| StoreError::Refused(e.to_string()))?;
+    let limits =
+        serde_json::to_string(&run.limits).map_err(|e| StoreError::Refused(e.to_string()))?;
     let n = tx
         .prepare_cached(
             "UPDATE runs SET status=?2, reason=?3, result=?4, limits=?5, step_count=?6, model_calls=?7, tokens=?8,
@@ -537,7 +677,11 @@ fn apply(tx: &rusqlite::Connection, t: Transition) -> Result<Committed, StoreErr
         ])?;
     if n != 1 {
         let cur: Option<(String, Option<String>)> = tx
-            .query_row("SELECT status, lease_owner FROM runs WHERE id=?1", [&run.id], |r| Ok((r.get(0)?, r.get(1)?)))
+            .query_row(
+                "SELECT status, lease_owner FROM runs WHERE id=?1",
+                [&run.id],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
             .optional()?;
         return Err(match cur {
             None => StoreError::RunNotFound(run.id.clone()),
@@ -620,7 +764,12 @@ fn apply(tx: &rusqlite::Connection, t: Transition) -> Result<Committed, StoreErr
         ])?;
     }
     let events = insert_events(tx, &run.id, run.updated_at, t.events)?;
-    Ok(Committed { run: t.run, steps, approvals, events })
+    Ok(Committed {
+        run: t.run,
+        steps,
+        approvals,
+        events,
+    })
 }
 
 fn insert_events(
@@ -630,7 +779,9 @@ fn insert_events(
     events: Vec<NewEvent>,
 ) -> Result<Vec<Event>, StoreError> {
     let mut out = Vec::with_capacity(events.len());
-    let mut stmt = tx.prepare_cached("INSERT INTO events (run_id, step_idx, kind, data, at) VALUES (?1,?2,?3,?4,?5)")?;
+    let mut stmt = tx.prepare_cached(
+        "INSERT INTO events (run_id, step_idx, kind, data, at) VALUES (?1,?2,?3,?4,?5)",
+    )?;
     for e in events {
         let data = e.data.to_string();
         stmt.execute(params![run_id, e.step_index, e.kind, data, at])?;
@@ -651,10 +802,16 @@ fn classify_open(path: &str, e: rusqlite::Error) -> StoreError {
     if let rusqlite::Error::SqliteFailure(f, msg) = &e {
         match f.code {
             ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt => {
-                return StoreError::Corrupt { path: path.to_string(), detail: msg.clone().unwrap_or_default() }
+                return StoreError::Corrupt {
+                    path: path.to_string(),
+                    detail: msg.clone().unwrap_or_default(),
+                }
             }
             ErrorCode::CannotOpen => {
-                return StoreError::Refused(format!("{path}: cannot open ({})", msg.clone().unwrap_or_default()))
+                return StoreError::Refused(format!(
+                    "{path}: cannot open ({})",
+                    msg.clone().unwrap_or_default()
+                ))
             }
             _ => {}
         }

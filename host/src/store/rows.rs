@@ -66,10 +66,16 @@ impl StepRow {
 
     pub fn decode(&self) -> Result<Step, StoreError> {
         let bad = |what: &str, e: String| {
-            StoreError::BadRow(format!("step {} of run {}: {what}: {e}", self.idx, self.run_id))
+            StoreError::BadRow(format!(
+                "step {} of run {}: {what}: {e}",
+                self.idx, self.run_id
+            ))
         };
         let call = match (&self.call_tool, &self.call_args) {
-            (Some(t), Some(a)) => Some(ToolCall { tool: t.clone(), arguments: a.clone() }),
+            (Some(t), Some(a)) => Some(ToolCall {
+                tool: t.clone(),
+                arguments: a.clone(),
+            }),
             (None, None) => None,
             _ => return Err(bad("call", "tool and arguments must both be set".into())),
         };
@@ -79,7 +85,12 @@ impl StepRow {
                 content: c.clone(),
             }),
             (None, None) => None,
-            _ => return Err(bad("observation", "kind and content must both be set".into())),
+            _ => {
+                return Err(bad(
+                    "observation",
+                    "kind and content must both be set".into(),
+                ))
+            }
         };
         Ok(Step {
             index: u32::try_from(self.idx).map_err(|e| bad("idx", e.to_string()))?,
@@ -92,7 +103,12 @@ impl StepRow {
                 .transpose()
                 .map_err(|e| bad("decision", e.to_string()))?,
             call,
-            effect: self.effect.as_deref().map(str::parse).transpose().map_err(|e| bad("effect", e))?,
+            effect: self
+                .effect
+                .as_deref()
+                .map(str::parse)
+                .transpose()
+                .map_err(|e| bad("effect", e))?,
             verdict: self
                 .verdict
                 .as_deref()
@@ -170,14 +186,19 @@ impl ApprovalRow {
     }
 
     pub fn decode(&self) -> Result<Approval, StoreError> {
-        let bad = |what: &str, e: String| StoreError::BadRow(format!("approval {}: {what}: {e}", self.id));
+        let bad = |what: &str, e: String| {
+            StoreError::BadRow(format!("approval {}: {what}: {e}", self.id))
+        };
         Ok(Approval {
             id: self.id.clone(),
             run_id: self.run_id.clone(),
             step_index: u32::try_from(self.step_idx).map_err(|e| bad("step_idx", e.to_string()))?,
             kind: self.kind.parse().map_err(|e| bad("kind", e))?,
             status: self.status.parse().map_err(|e| bad("status", e))?,
-            call: ToolCall { tool: self.tool.clone(), arguments: self.arguments.clone() },
+            call: ToolCall {
+                tool: self.tool.clone(),
+                arguments: self.arguments.clone(),
+            },
             reason: self.reason.clone(),
             presentation: self.presentation.clone(),
             hash: self.hash.clone(),

@@ -40,18 +40,23 @@ impl StoreHandle {
         self.tx
             .send(Job::Commit(Box::new(t), reply))
             .map_err(|_| StoreError::Refused("the store writer has stopped".into()))?;
-        rx.await.map_err(|_| StoreError::Refused("the store writer has stopped".into()))?
+        rx.await
+            .map_err(|_| StoreError::Refused("the store writer has stopped".into()))?
     }
 
     /// Runs `f` on the writer thread, in order with the queued commits.
-    pub async fn with<R: Send + 'static>(&self, f: impl FnOnce(&mut Store) -> R + Send + 'static) -> Result<R, StoreError> {
+    pub async fn with<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Store) -> R + Send + 'static,
+    ) -> Result<R, StoreError> {
         let (reply, rx) = oneshot::channel();
         self.tx
             .send(Job::Call(Box::new(move |s| {
                 let _ = reply.send(f(s));
             })))
             .map_err(|_| StoreError::Refused("the store writer has stopped".into()))?;
-        rx.await.map_err(|_| StoreError::Refused("the store writer has stopped".into()))
+        rx.await
+            .map_err(|_| StoreError::Refused("the store writer has stopped".into()))
     }
 }
 
@@ -105,7 +110,9 @@ fn flush(store: &mut Store, group: &mut Vec<(Transition, Reply)>) {
 fn same_error(e: &StoreError) -> StoreError {
     match e {
         StoreError::DiskFull => StoreError::DiskFull,
-        StoreError::Locked { waited_ms } => StoreError::Locked { waited_ms: *waited_ms },
+        StoreError::Locked { waited_ms } => StoreError::Locked {
+            waited_ms: *waited_ms,
+        },
         StoreError::ReadOnly => StoreError::ReadOnly,
         other => StoreError::Refused(format!("group commit failed: {other}")),
     }

@@ -45,9 +45,17 @@ impl ToolSet {
             if self.by_name.contains_key(&spec.name) {
                 return Err(format!("two tools are named {:?}", spec.name));
             }
-            let schema: serde_json::Value = serde_json::from_str(&spec.parameters)
-                .map_err(|e| format!("tool {:?}: its parameters schema is not JSON: {e}", spec.name))?;
-            self.by_name.insert(spec.name.clone(), (self.specs.len(), schema, provider.clone()));
+            let schema: serde_json::Value =
+                serde_json::from_str(&spec.parameters).map_err(|e| {
+                    format!(
+                        "tool {:?}: its parameters schema is not JSON: {e}",
+                        spec.name
+                    )
+                })?;
+            self.by_name.insert(
+                spec.name.clone(),
+                (self.specs.len(), schema, provider.clone()),
+            );
             self.specs.push(spec);
         }
         Ok(())
@@ -63,20 +71,31 @@ impl ToolSet {
 
     /// Checks a call and returns it with canonical arguments.
     pub fn validate(&self, call: &ToolCall) -> Result<(ToolCall, &ToolSpec), InvalidCall> {
-        let (i, schema, _) = self.by_name.get(&call.tool).ok_or_else(|| InvalidCall::UnknownTool(call.tool.clone()))?;
-        let args: serde_json::Value =
-            serde_json::from_str(&call.arguments).map_err(|e| InvalidCall::NotJson(e.to_string()))?;
+        let (i, schema, _) = self
+            .by_name
+            .get(&call.tool)
+            .ok_or_else(|| InvalidCall::UnknownTool(call.tool.clone()))?;
+        let args: serde_json::Value = serde_json::from_str(&call.arguments)
+            .map_err(|e| InvalidCall::NotJson(e.to_string()))?;
         if !args.is_object() {
             return Err(InvalidCall::NotJson("not an object".into()));
         }
         schema::validate(schema, &args).map_err(InvalidCall::Schema)?;
-        Ok((ToolCall { tool: call.tool.clone(), arguments: canonical_json(&args) }, &self.specs[*i]))
+        Ok((
+            ToolCall {
+                tool: call.tool.clone(),
+                arguments: canonical_json(&args),
+            },
+            &self.specs[*i],
+        ))
     }
 
     /// Runs a validated call.
     pub async fn call(&self, call: &ToolCall) -> Result<String, ToolError> {
-        let (_, _, provider) =
-            self.by_name.get(&call.tool).ok_or_else(|| ToolError::new(format!("unknown tool {:?}", call.tool)))?;
+        let (_, _, provider) = self
+            .by_name
+            .get(&call.tool)
+            .ok_or_else(|| ToolError::new(format!("unknown tool {:?}", call.tool)))?;
         provider.call(&call.tool, &call.arguments).await
     }
 }

@@ -23,7 +23,11 @@ fn type_ok(name: &str, v: &Value) -> bool {
         "boolean" => v.is_boolean(),
         "null" => v.is_null(),
         "number" => v.is_number(),
-        "integer" => v.as_i64().is_some() || v.as_u64().is_some() || v.as_f64().is_some_and(|f| f.fract() == 0.0),
+        "integer" => {
+            v.as_i64().is_some()
+                || v.as_u64().is_some()
+                || v.as_f64().is_some_and(|f| f.fract() == 0.0)
+        }
         _ => false,
     }
 }
@@ -38,7 +42,10 @@ fn check(schema: &Value, v: &Value, path: &str) -> Result<(), String> {
     if let Some(t) = s.get("type") {
         let ok = match t {
             Value::String(name) => type_ok(name, v),
-            Value::Array(names) => names.iter().filter_map(Value::as_str).any(|n| type_ok(n, v)),
+            Value::Array(names) => names
+                .iter()
+                .filter_map(Value::as_str)
+                .any(|n| type_ok(n, v)),
             _ => true,
         };
         if !ok {
@@ -47,7 +54,10 @@ fn check(schema: &Value, v: &Value, path: &str) -> Result<(), String> {
     }
     if let Some(Value::Array(options)) = s.get("enum") {
         if !options.contains(v) {
-            return Err(format!("{path}: must be one of {}", Value::Array(options.clone())));
+            return Err(format!(
+                "{path}: must be one of {}",
+                Value::Array(options.clone())
+            ));
         }
     }
     if let Some(c) = s.get("const") {
@@ -152,20 +162,35 @@ mod tests {
         let s = json!({"type":"object","properties":{"path":{"type":"string","minLength":1},"n":{"type":"integer","minimum":0}},
                        "required":["path"],"additionalProperties":false});
         assert!(validate(&s, &json!({"path":"a","n":2})).is_ok());
-        assert_eq!(validate(&s, &json!({})).unwrap_err(), "arguments.path: required");
-        assert_eq!(validate(&s, &json!({"path":"a","x":1})).unwrap_err(), "arguments.x: unknown property");
-        assert!(validate(&s, &json!({"path":""})).unwrap_err().contains("shorter"));
-        assert!(validate(&s, &json!({"path":"a","n":-1})).unwrap_err().contains("minimum"));
-        assert!(validate(&s, &json!({"path":3})).unwrap_err().contains("expected \"string\""));
+        assert_eq!(
+            validate(&s, &json!({})).unwrap_err(),
+            "arguments.path: required"
+        );
+        assert_eq!(
+            validate(&s, &json!({"path":"a","x":1})).unwrap_err(),
+            "arguments.x: unknown property"
+        );
+        assert!(validate(&s, &json!({"path":""}))
+            .unwrap_err()
+            .contains("shorter"));
+        assert!(validate(&s, &json!({"path":"a","n":-1}))
+            .unwrap_err()
+            .contains("minimum"));
+        assert!(validate(&s, &json!({"path":3}))
+            .unwrap_err()
+            .contains("expected \"string\""));
         assert!(validate(&s, &json!([1])).is_err());
     }
 
     #[test]
     fn arrays_enums_and_combinators() {
         let s = json!({"type":"array","items":{"enum":["a","b"]},"maxItems":2});
-        assert!(validate(&s, &json!(["a","b"])).is_ok());
-        assert_eq!(validate(&s, &json!(["c"])).unwrap_err(), "arguments[0]: must be one of [\"a\",\"b\"]");
-        assert!(validate(&s, &json!(["a","a","a"])).is_err());
+        assert!(validate(&s, &json!(["a", "b"])).is_ok());
+        assert_eq!(
+            validate(&s, &json!(["c"])).unwrap_err(),
+            "arguments[0]: must be one of [\"a\",\"b\"]"
+        );
+        assert!(validate(&s, &json!(["a", "a", "a"])).is_err());
         let any = json!({"anyOf":[{"type":"string"},{"type":"integer"}]});
         assert!(validate(&any, &json!(3)).is_ok());
         assert!(validate(&any, &json!(true)).is_err());

@@ -38,7 +38,12 @@ pub fn entry_path(dir: &Path, sha256_hex: &str, engine: &Engine) -> PathBuf {
 
 /// Loads the compiled form of `bytes` (whose sha256 is `sha`) from `dir`,
 /// or compiles and stores it.
-pub fn load_or_compile(engine: &Engine, dir: Option<&Path>, sha: &str, bytes: &[u8]) -> anyhow::Result<(Component, CacheOutcome)> {
+pub fn load_or_compile(
+    engine: &Engine,
+    dir: Option<&Path>,
+    sha: &str,
+    bytes: &[u8],
+) -> anyhow::Result<(Component, CacheOutcome)> {
     let Some(dir) = dir else {
         return Ok((Component::new(engine, bytes)?, CacheOutcome::Compiled));
     };
@@ -54,16 +59,25 @@ pub fn load_or_compile(engine: &Engine, dir: Option<&Path>, sha: &str, bytes: &[
                 // wasmtime also re-checks its own header on deserialize.
                 match unsafe { Component::deserialize(engine, payload) } {
                     Ok(c) => return Ok((c, CacheOutcome::Hit)),
-                    Err(e) => tracing::warn!("compile cache entry {} rejected by wasmtime: {e}", path.display()),
+                    Err(e) => tracing::warn!(
+                        "compile cache entry {} rejected by wasmtime: {e}",
+                        path.display()
+                    ),
                 }
             }
-            None => tracing::warn!("compile cache entry {} is corrupt; recompiling", path.display()),
+            None => tracing::warn!(
+                "compile cache entry {} is corrupt; recompiling",
+                path.display()
+            ),
         }
         outcome = CacheOutcome::Replaced;
     }
     let component = Component::new(engine, bytes)?;
     if let Err(e) = store(dir, &path, &component) {
-        tracing::warn!("cannot write the compile cache entry {}: {e:#}", path.display());
+        tracing::warn!(
+            "cannot write the compile cache entry {}: {e:#}",
+            path.display()
+        );
     }
     Ok((component, outcome))
 }

@@ -34,16 +34,27 @@ pub fn tool_spec_out(s: &ToolSpec) -> wit::ToolSpec {
 }
 
 pub fn tool_spec_in(s: wit::ToolSpec) -> ToolSpec {
-    ToolSpec { name: s.name, description: s.description, parameters: s.parameters, effect: effect_in(s.effect) }
+    ToolSpec {
+        name: s.name,
+        description: s.description,
+        parameters: s.parameters,
+        effect: effect_in(s.effect),
+    }
 }
 
 pub fn call_out(c: &ToolCall) -> wit::ToolCall {
-    wit::ToolCall { tool: c.tool.clone(), arguments: c.arguments.clone() }
+    wit::ToolCall {
+        tool: c.tool.clone(),
+        arguments: c.arguments.clone(),
+    }
 }
 
 pub fn decision_in(d: wit::Decision) -> Decision {
     match d {
-        wit::Decision::Call(c) => Decision::Call(ToolCall { tool: c.tool, arguments: c.arguments }),
+        wit::Decision::Call(c) => Decision::Call(ToolCall {
+            tool: c.tool,
+            arguments: c.arguments,
+        }),
         wit::Decision::Complete(r) => Decision::Complete(r),
         wit::Decision::Fail(r) => Decision::Fail(r),
         wit::Decision::Invalid(r) => Decision::Invalid(r),
@@ -63,9 +74,10 @@ pub fn verdict_in(v: wit::Verdict) -> Verdict {
     match v {
         wit::Verdict::Allow => Verdict::Allow,
         wit::Verdict::Deny(r) => Verdict::Deny(r),
-        wit::Verdict::RequireApproval(a) => {
-            Verdict::RequireApproval(ApprovalRequest { reason: a.reason, presentation: a.presentation })
-        }
+        wit::Verdict::RequireApproval(a) => Verdict::RequireApproval(ApprovalRequest {
+            reason: a.reason,
+            presentation: a.presentation,
+        }),
         wit::Verdict::Abort(r) => Verdict::Abort(r),
     }
 }
@@ -176,7 +188,11 @@ pub fn model_request_in(r: wit::ModelRequest) -> m::ModelRequest {
                 tool_calls: msg
                     .tool_calls
                     .into_iter()
-                    .map(|c| m::ModelToolCall { id: c.id, name: c.name, arguments: c.arguments })
+                    .map(|c| m::ModelToolCall {
+                        id: c.id,
+                        name: c.name,
+                        arguments: c.arguments,
+                    })
                     .collect(),
                 tool_call_id: msg.tool_call_id,
             })
@@ -211,7 +227,11 @@ pub fn model_response_out(r: m::ModelResponse) -> wit::ModelResponse {
                 .message
                 .tool_calls
                 .into_iter()
-                .map(|c| wit::ModelToolCall { id: c.id, name: c.name, arguments: c.arguments })
+                .map(|c| wit::ModelToolCall {
+                    id: c.id,
+                    name: c.name,
+                    arguments: c.arguments,
+                })
                 .collect(),
             tool_call_id: r.message.tool_call_id,
         },

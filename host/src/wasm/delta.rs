@@ -47,7 +47,12 @@ impl DeltaTracker {
                 self.approvals.insert(a.id.clone(), a.status);
             }
         }
-        wit::ViewDelta { reset, run: convert::run_out(view.run, view.run.step_count), steps, approvals }
+        wit::ViewDelta {
+            reset,
+            run: convert::run_out(view.run, view.run.step_count),
+            steps,
+            approvals,
+        }
     }
 
     /// The instance may not hold what was last handed (its call failed):

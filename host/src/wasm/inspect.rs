@@ -7,7 +7,11 @@ use wasmtime::Engine;
 /// The `keel:plugin` interfaces each world may import.
 fn keel_imports(world: World) -> &'static [&'static str] {
     match world {
-        World::Agent => &["keel:plugin/types@0.1.0", "keel:plugin/log@0.1.0", "keel:plugin/model@0.1.0"],
+        World::Agent => &[
+            "keel:plugin/types@0.1.0",
+            "keel:plugin/log@0.1.0",
+            "keel:plugin/model@0.1.0",
+        ],
         World::Policy | World::Tool => &["keel:plugin/types@0.1.0", "keel:plugin/log@0.1.0"],
     }
 }
@@ -25,14 +29,29 @@ pub fn world_exports(world: World) -> &'static [&'static str] {
 /// WASI context that grants nothing (no files, no environment, no network);
 /// tools get exactly what their config grants. Language runtimes import these
 /// even when the plugin's code never uses them.
-const WASI_PACKAGES: &[&str] = &["wasi:io/", "wasi:clocks/", "wasi:random/", "wasi:cli/", "wasi:filesystem/", "wasi:sockets/"];
+const WASI_PACKAGES: &[&str] = &[
+    "wasi:io/",
+    "wasi:clocks/",
+    "wasi:random/",
+    "wasi:cli/",
+    "wasi:filesystem/",
+    "wasi:sockets/",
+];
 
 pub fn imports(engine: &Engine, component: &Component) -> Vec<String> {
-    component.component_type().imports(engine).map(|(n, _)| n.to_string()).collect()
+    component
+        .component_type()
+        .imports(engine)
+        .map(|(n, _)| n.to_string())
+        .collect()
 }
 
 pub fn exports(engine: &Engine, component: &Component) -> Vec<String> {
-    component.component_type().exports(engine).map(|(n, _)| n.to_string()).collect()
+    component
+        .component_type()
+        .exports(engine)
+        .map(|(n, _)| n.to_string())
+        .collect()
 }
 
 /// Which world the exports say a component targets, if any.
@@ -50,10 +69,14 @@ pub fn check_imports(engine: &Engine, component: &Component, world: World) -> Re
     for name in imports(engine, component) {
         if name.starts_with("keel:") {
             if !allowed.contains(&name.as_str()) {
-                return Err(format!("imports {name}, which the {world} world does not provide"));
+                return Err(format!(
+                    "imports {name}, which the {world} world does not provide"
+                ));
             }
         } else if !(WASI_PACKAGES.iter().any(|p| name.starts_with(p)) && name.contains("@0.2.")) {
-            return Err(format!("imports {name}, which is neither a keel:plugin interface nor WASI 0.2"));
+            return Err(format!(
+                "imports {name}, which is neither a keel:plugin interface nor WASI 0.2"
+            ));
         }
     }
     let ex = exports(engine, component);

@@ -3,7 +3,9 @@
 use super::bindings::{agent, policy, tool};
 use super::limits::{classify, PluginLimits};
 use super::{convert, delta::DeltaTracker, HostState, Plugin, PluginPre, WasmHost};
-use crate::consumer::{Agent, ConsumerError, EventSink, Policy, RunView, ToolError, ToolProvider, TrapKind};
+use crate::consumer::{
+    Agent, ConsumerError, EventSink, Policy, RunView, ToolError, ToolProvider, TrapKind,
+};
 use crate::model::ModelGate;
 use crate::types::*;
 use async_trait::async_trait;
@@ -14,7 +16,12 @@ use wasmtime::{Store, UpdateDeadline};
 use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 
 /// A store for one instance, with its limits wired in.
-fn new_store(host: &WasmHost, plugin: &Plugin, limits: &PluginLimits, wasi: WasiCtxBuilder) -> Store<HostState> {
+fn new_store(
+    host: &WasmHost,
+    plugin: &Plugin,
+    limits: &PluginLimits,
+    wasi: WasiCtxBuilder,
+) -> Store<HostState> {
     let mut limits = limits.clone();
     limits.memory_bytes = limits.memory_bytes.min(host.options().max_memory_bytes);
     let mut store = Store::new(host.engine(), HostState::new(&plugin.name, &limits, wasi));
@@ -34,21 +41,29 @@ fn new_store(host: &WasmHost, plugin: &Plugin, limits: &PluginLimits, wasi: Wasi
 /// Sets the per-call budgets.
 fn arm(store: &mut Store<HostState>) -> Result<(), ConsumerError> {
     let fuel = store.data().plugin_limits.fuel;
-    store.set_fuel(fuel).map_err(|e| ConsumerError::Failed(format!("cannot set fuel: {e}")))?;
+    store
+        .set_fuel(fuel)
+        .map_err(|e| ConsumerError::Failed(format!("cannot set fuel: {e}")))?;
     store.data_mut().arm();
     Ok(())
 }
 
 fn trapped(store: &Store<HostState>, e: &wasmtime::Error) -> ConsumerError {
     let (kind, message) = classify(e, &store.data().stderr_text());
-    ConsumerError::Trapped { kind, message: format!("{}: {message}", store.data().plugin) }
+    ConsumerError::Trapped {
+        kind,
+        message: format!("{}: {message}", store.data().plugin),
+    }
 }
 
 fn too_big(store: &Store<HostState>, what: &str, len: usize) -> Option<ConsumerError> {
     let max = store.data().plugin_limits.max_output_bytes;
     (len > max).then(|| ConsumerError::Trapped {
         kind: TrapKind::BadOutput,
-        message: format!("{}: {what} of {len} bytes exceeds the plugin's output limit of {max} bytes", store.data().plugin),
+        message: format!(
+            "{}: {what} of {len} bytes exceeds the plugin's output limit of {max} bytes",
+            store.data().plugin
+        ),
     })
 }
 
@@ -91,21 +106,40 @@ impl WasmAgent {
         sink: Arc<EventSink>,
     ) -> Result<WasmAgent, ConsumerError> {
         let PluginPre::Agent(pre) = &plugin.pre else {
-            return Err(ConsumerError::Failed(format!("{} is a {} plugin, not an agent", plugin.name, plugin.world)));
+            return Err(ConsumerError::Failed(format!(
+                "{} is a {} plugin, not an agent",
+                plugin.name, plugin.world
+            )));
         };
         let mut store = new_store(host, plugin, limits, no_capabilities());
         store.data_mut().model = Some(model);
         store.data_mut().sink = Some(sink);
         arm(&mut store)?;
-        let bindings = pre.instantiate_async(&mut store).await.map_err(|e| trapped(&store, &e))?;
+        let bindings = pre
+            .instantiate_async(&mut store)
+            .await
+            .map_err(|e| trapped(&store, &e))?;
         let specs: Vec<_> = tools.iter().map(convert::tool_spec_out).collect();
         arm(&mut store)?;
-        match bindings.call_init(&mut store, &config.to_string(), &specs).await {
+        match bindings
+            .call_init(&mut store, &config.to_string(), &specs)
+            .await
+        {
             Ok(Ok(())) => {}
-            Ok(Err(msg)) => return Err(ConsumerError::Failed(format!("{}: init: {msg}", plugin.name))),
+            Ok(Err(msg)) => {
+                return Err(ConsumerError::Failed(format!(
+                    "{}: init: {msg}",
+                    plugin.name
+                )))
+            }
             Err(e) => return Err(trapped(&store, &e)),
         }
-        Ok(WasmAgent { store, bindings, tracker: DeltaTracker::default(), dead: None })
+        Ok(WasmAgent {
+            store,
+            bindings,
+            tracker: DeltaTracker::default(),
+            dead: None,
+        })
     }
 }
 
@@ -148,34 +182,70 @@ pub struct WasmPolicy {
 }
 
 impl WasmPolicy {
-    pub async fn new(host: &WasmHost, plugin: &Plugin, config: &str, limits: &PluginLimits, sink: Arc<EventSink>) -> Result<WasmPolicy, ConsumerError> {
+    pub async fn new(
+        host: &WasmHost,
+        plugin: &Plugin,
+        config: &str,
+        limits: &PluginLimits,
+        sink: Arc<EventSink>,
+    ) -> Result<WasmPolicy, ConsumerError> {
         let PluginPre::Policy(pre) = &plugin.pre else {
-            return Err(ConsumerError::Failed(format!("{} is a {} plugin, not a policy", plugin.name, plugin.world)));
+            return Err(ConsumerError::Failed(format!(
+                "{} is a {} plugin, not a policy",
+                plugin.name, plugin.world
+            )));
         };
         let mut store = new_store(host, plugin, limits, no_capabilities());
         store.data_mut().sink = Some(sink);
         arm(&mut store)?;
-        let bindings = pre.instantiate_async(&mut store).await.map_err(|e| trapped(&store, &e))?;
+        let bindings = pre
+            .instantiate_async(&mut store)
+            .await
+            .map_err(|e| trapped(&store, &e))?;
         arm(&mut store)?;
         match bindings.call_init(&mut store, &config.to_string()).await {
             Ok(Ok(())) => {}
-            Ok(Err(msg)) => return Err(ConsumerError::Failed(format!("{}: init: {msg}", plugin.name))),
+            Ok(Err(msg)) => {
+                return Err(ConsumerError::Failed(format!(
+                    "{}: init: {msg}",
+                    plugin.name
+                )))
+            }
             Err(e) => return Err(trapped(&store, &e)),
         }
-        Ok(WasmPolicy { store, bindings, tracker: DeltaTracker::default(), dead: None })
+        Ok(WasmPolicy {
+            store,
+            bindings,
+            tracker: DeltaTracker::default(),
+            dead: None,
+        })
     }
 }
 
 #[async_trait]
 impl Policy for WasmPolicy {
-    async fn evaluate(&mut self, call: &ToolCall, effect: Effect, view: RunView<'_>) -> Result<Verdict, ConsumerError> {
+    async fn evaluate(
+        &mut self,
+        call: &ToolCall,
+        effect: Effect,
+        view: RunView<'_>,
+    ) -> Result<Verdict, ConsumerError> {
         if let Some(e) = &self.dead {
             return Err(e.clone());
         }
         let delta = self.tracker.delta(view);
         self.store.data_mut().step = Some(view.run.step_count.saturating_sub(1));
         arm(&mut self.store)?;
-        let result = match self.bindings.call_evaluate(&mut self.store, &convert::call_out(call), convert::effect_out(effect), &delta).await {
+        let result = match self
+            .bindings
+            .call_evaluate(
+                &mut self.store,
+                &convert::call_out(call),
+                convert::effect_out(effect),
+                &delta,
+            )
+            .await
+        {
             Ok(Ok(v)) => {
                 let v = convert::verdict_in(v);
                 match too_big(&self.store, "the verdict", verdict_size(&v)) {
@@ -211,8 +281,13 @@ impl ToolCaps {
     fn builder(&self) -> Result<WasiCtxBuilder, String> {
         let mut b = WasiCtxBuilder::new();
         for (host, guest, writable) in &self.dirs {
-            let perms = if *writable { FsPerms::ReadWrite } else { FsPerms::ReadOnly };
-            b.preopened_dir(host, guest, perms).map_err(|e| format!("cannot grant {}: {e}", host.display()))?;
+            let perms = if *writable {
+                FsPerms::ReadWrite
+            } else {
+                FsPerms::ReadOnly
+            };
+            b.preopened_dir(host, guest, perms)
+                .map_err(|e| format!("cannot grant {}: {e}", host.display()))?;
         }
         for (k, v) in &self.env {
             b.env(k, v);
@@ -261,7 +336,10 @@ impl WasmTools {
         };
         let (mut store, bindings) = t.instance().await?;
         arm(&mut store)?;
-        let specs = bindings.call_specs(&mut store).await.map_err(|e| trapped(&store, &e))?;
+        let specs = bindings
+            .call_specs(&mut store)
+            .await
+            .map_err(|e| trapped(&store, &e))?;
         t.specs = specs.into_iter().map(convert::tool_spec_in).collect();
         if let Some(slot) = &t.stateful {
             *slot.lock().await = Some((store, bindings));
@@ -271,28 +349,48 @@ impl WasmTools {
 
     async fn instance(&self) -> Result<(Store<HostState>, tool::Tool), ConsumerError> {
         let PluginPre::Tool(pre) = &self.plugin.pre else {
-            return Err(ConsumerError::Failed(format!("{} is a {} plugin, not a tool", self.plugin.name, self.plugin.world)));
+            return Err(ConsumerError::Failed(format!(
+                "{} is a {} plugin, not a tool",
+                self.plugin.name, self.plugin.world
+            )));
         };
         let wasi = self.caps.builder().map_err(ConsumerError::Failed)?;
         let mut store = new_store(&self.host, &self.plugin, &self.limits, wasi);
         store.data_mut().sink = self.sink.clone();
         arm(&mut store)?;
-        let bindings = pre.instantiate_async(&mut store).await.map_err(|e| trapped(&store, &e))?;
+        let bindings = pre
+            .instantiate_async(&mut store)
+            .await
+            .map_err(|e| trapped(&store, &e))?;
         arm(&mut store)?;
         match bindings.call_init(&mut store, &self.config).await {
             Ok(Ok(())) => Ok((store, bindings)),
-            Ok(Err(msg)) => Err(ConsumerError::Failed(format!("{}: init: {msg}", self.plugin.name))),
+            Ok(Err(msg)) => Err(ConsumerError::Failed(format!(
+                "{}: init: {msg}",
+                self.plugin.name
+            ))),
             Err(e) => Err(trapped(&store, &e)),
         }
     }
 
-    async fn call_on(store: &mut Store<HostState>, bindings: &tool::Tool, name: &str, arguments: &str) -> Result<String, ToolError> {
+    async fn call_on(
+        store: &mut Store<HostState>,
+        bindings: &tool::Tool,
+        name: &str,
+        arguments: &str,
+    ) -> Result<String, ToolError> {
         let as_tool_error = |e: ConsumerError| match e {
-            ConsumerError::Trapped { kind, message } => ToolError { message, trap: Some(kind) },
+            ConsumerError::Trapped { kind, message } => ToolError {
+                message,
+                trap: Some(kind),
+            },
             other => ToolError::new(other.to_string()),
         };
         arm(store).map_err(as_tool_error)?;
-        match bindings.call_call(&mut *store, &name.to_string(), &arguments.to_string()).await {
+        match bindings
+            .call_call(&mut *store, &name.to_string(), &arguments.to_string())
+            .await
+        {
             Ok(Ok(out)) => match too_big(store, "the result", out.len()) {
                 Some(e) => Err(as_tool_error(e)),
                 None => Ok(out),
@@ -313,9 +411,15 @@ impl ToolProvider for WasmTools {
         if let Some(slot) = &self.stateful {
             let mut guard = slot.lock().await;
             if guard.is_none() {
-                *guard = Some(self.instance().await.map_err(|e| ToolError::new(e.to_string()))?);
+                *guard = Some(
+                    self.instance()
+                        .await
+                        .map_err(|e| ToolError::new(e.to_string()))?,
+                );
             }
-            let Some((store, bindings)) = guard.as_mut() else { return Err(ToolError::new("no instance")) };
+            let Some((store, bindings)) = guard.as_mut() else {
+                return Err(ToolError::new("no instance"));
+            };
             let r = Self::call_on(store, bindings, name, arguments).await;
             if r.as_ref().is_err_and(|e| e.trap.is_some()) {
                 *guard = None; // a trapped instance is never used again
@@ -323,7 +427,10 @@ impl ToolProvider for WasmTools {
             return r;
         }
         let (mut store, bindings) = self.instance().await.map_err(|e| match e {
-            ConsumerError::Trapped { kind, message } => ToolError { message, trap: Some(kind) },
+            ConsumerError::Trapped { kind, message } => ToolError {
+                message,
+                trap: Some(kind),
+            },
             other => ToolError::new(other.to_string()),
         })?;
         Self::call_on(&mut store, &bindings, name, arguments).await

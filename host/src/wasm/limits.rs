@@ -39,16 +39,16 @@ impl Default for PluginLimits {
 /// Names a trap from the error wasmtime returned.
 pub fn classify(err: &wasmtime::Error, stderr: &str) -> (TrapKind, String) {
     use wasmtime::Trap;
-    let panic_line = stderr
-        .lines()
-        .rev()
-        .find(|l| l.contains("panicked") || l.contains("Error") || l.contains("error"))
-        .map(|l| l.trim().to_string());
+    let panic_line = guest_message(stderr);
     if let Some(trap) = err.downcast_ref::<Trap>() {
         return match trap {
             Trap::OutOfFuel => (TrapKind::OutOfFuel, "the call used up its fuel".into()),
             Trap::Interrupt => (TrapKind::Deadline, "the call passed its wall-clock deadline".into()),
             Trap::StackOverflow => (TrapKind::StackOverflow, "the wasm stack overflowed".into()),
+            Trap::MemoryOutOfBounds => (
+                TrapKind::Other,
+                "out-of-bounds memory access (in Rust and C guests usually their stack in linear memory overflowing)".into(),
+            ),
             Trap::UnreachableCodeReached => (
                 TrapKind::Panic,
                 panic_line.unwrap_or_else(|| "the guest hit `unreachable` (a panic or abort)".into()),
@@ -58,10 +58,37 @@ pub fn classify(err: &wasmtime::Error, stderr: &str) -> (TrapKind, String) {
     }
     let text = format!("{err:#}");
     if text.contains("forcing trap when growing memory") || text.contains("memory limit") {
-        return (TrapKind::MemoryCap, "the instance hit its memory cap".into());
+        return (
+            TrapKind::MemoryCap,
+            "the instance hit its memory cap".into(),
+        );
     }
     if text.contains("exceeds the plugin's output limit") {
         return (TrapKind::BadOutput, text);
     }
-    (TrapKind::Other, panic_line.map(|p| format!("{text}: {p}")).unwrap_or(text))
+    (
+        TrapKind::Other,
+        panic_line.map(|p| format!("{text}: {p}")).unwrap_or(text),
+    )
+}
+
+/// The guest's last words on stderr: a Rust panic's location and message,
+/// or the last few lines of whatever else it printed (Python tracebacks,
+/// C's abort message).
+fn guest_message(stderr: &str) -> Option<String> {
+    let lines: Vec<&str> = stderr
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    if let Some(i) = lines.iter().rposition(|l| l.contains("panicked at")) {
+        let msg: Vec<&str> = lines[i + 1..]
+            .iter()
+            .take_while(|l| !l.starts_with("note:"))
+            .copied()
+            .collect();
+        return Some(format!("{} {}", lines[i], msg.join(" ")).trim().to_string());
+    }
+    let tail: Vec<&str> = lines.iter().rev().take(3).rev().copied().collect();
+    (!tail.is_empty()).then(|| tail.join(" | "))
 }

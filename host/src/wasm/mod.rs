@@ -13,9 +13,9 @@ pub mod cache;
 mod convert;
 mod delta;
 pub mod inspect;
+mod instances;
 pub mod limits;
 mod state;
-mod instances;
 
 pub use cache::CacheOutcome;
 pub use instances::{ToolCaps, WasmAgent, WasmPolicy, WasmTools};
@@ -58,13 +58,24 @@ impl std::fmt::Display for World {
 #[derive(Debug, thiserror::Error)]
 pub enum PluginError {
     #[error("{path}: {source}")]
-    Io { path: String, source: std::io::Error },
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("{path}: sha256 is {actual}, but the config pins {expected}; refusing to run it")]
-    PinMismatch { path: String, expected: String, actual: String },
+    PinMismatch {
+        path: String,
+        expected: String,
+        actual: String,
+    },
     #[error("{path}: not a WebAssembly component ({detail})")]
     NotAComponent { path: String, detail: String },
     #[error("{path}: does not fit the {world} world: {detail}")]
-    WrongWorld { path: String, world: World, detail: String },
+    WrongWorld {
+        path: String,
+        world: World,
+        detail: String,
+    },
 }
 
 /// Engine settings.
@@ -162,22 +173,40 @@ impl WasmHost {
             wasmtime_wasi::p2::add_to_linker_async(l)?;
         }
         use wasmtime::component::HasSelf;
-        bindings::agent::Agent::add_to_linker::<HostState, HasSelf<HostState>>(&mut agent_linker, |s| s)?;
-        bindings::policy::Policy::add_to_linker::<HostState, HasSelf<HostState>>(&mut policy_linker, |s| s)?;
-        bindings::tool::Tool::add_to_linker::<HostState, HasSelf<HostState>>(&mut tool_linker, |s| s)?;
+        bindings::agent::Agent::add_to_linker::<HostState, HasSelf<HostState>>(
+            &mut agent_linker,
+            |s| s,
+        )?;
+        bindings::policy::Policy::add_to_linker::<HostState, HasSelf<HostState>>(
+            &mut policy_linker,
+            |s| s,
+        )?;
+        bindings::tool::Tool::add_to_linker::<HostState, HasSelf<HostState>>(
+            &mut tool_linker,
+            |s| s,
+        )?;
 
         let ticker_stop = Arc::new(AtomicBool::new(false));
         let (e, stop, tick) = (engine.weak(), ticker_stop.clone(), opts.epoch_tick);
-        std::thread::Builder::new().name("keel-epoch".into()).spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                std::thread::sleep(tick);
-                match e.upgrade() {
-                    Some(engine) => engine.increment_epoch(),
-                    None => break,
+        std::thread::Builder::new()
+            .name("keel-epoch".into())
+            .spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(tick);
+                    match e.upgrade() {
+                        Some(engine) => engine.increment_epoch(),
+                        None => break,
+                    }
                 }
-            }
-        })?;
-        Ok(Arc::new(WasmHost { engine, opts, agent_linker, policy_linker, tool_linker, ticker_stop }))
+            })?;
+        Ok(Arc::new(WasmHost {
+            engine,
+            opts,
+            agent_linker,
+            policy_linker,
+            tool_linker,
+            ticker_stop,
+        }))
     }
 
     pub fn engine(&self) -> &Engine {
@@ -189,17 +218,35 @@ impl WasmHost {
     }
 
     /// Reads, pins, compiles (or loads from the cache) and checks a plugin.
-    pub fn load(&self, path: &Path, world: World, pin: Option<&str>) -> Result<Arc<Plugin>, PluginError> {
+    pub fn load(
+        &self,
+        path: &Path,
+        world: World,
+        pin: Option<&str>,
+    ) -> Result<Arc<Plugin>, PluginError> {
         let p = path.display().to_string();
-        let bytes = std::fs::read(path).map_err(|source| PluginError::Io { path: p.clone(), source })?;
+        let bytes = std::fs::read(path).map_err(|source| PluginError::Io {
+            path: p.clone(),
+            source,
+        })?;
         self.load_bytes(&p, &bytes, world, pin)
     }
 
-    pub fn load_bytes(&self, name: &str, bytes: &[u8], world: World, pin: Option<&str>) -> Result<Arc<Plugin>, PluginError> {
+    pub fn load_bytes(
+        &self,
+        name: &str,
+        bytes: &[u8],
+        world: World,
+        pin: Option<&str>,
+    ) -> Result<Arc<Plugin>, PluginError> {
         let sha256 = cache::sha256_hex(bytes);
         if let Some(expected) = pin {
             if !expected.eq_ignore_ascii_case(&sha256) {
-                return Err(PluginError::PinMismatch { path: name.into(), expected: expected.into(), actual: sha256 });
+                return Err(PluginError::PinMismatch {
+                    path: name.into(),
+                    expected: expected.into(),
+                    actual: sha256,
+                });
             }
         }
         if !wasmparser::Parser::is_component(bytes) {
@@ -208,12 +255,32 @@ impl WasmHost {
             } else {
                 "no component header".to_string()
             };
-            return Err(PluginError::NotAComponent { path: name.into(), detail });
+            return Err(PluginError::NotAComponent {
+                path: name.into(),
+                detail,
+            });
         }
-        let (component, outcome) = cache::load_or_compile(&self.engine, self.opts.cache_dir.as_deref(), &sha256, bytes)
-            .map_err(|e| PluginError::NotAComponent { path: name.into(), detail: format!("{e:#}") })?;
-        let pre = self.prepare(&component, world).map_err(|detail| PluginError::WrongWorld { path: name.into(), world, detail })?;
-        Ok(Arc::new(Plugin { name: name.into(), world, sha256, size: bytes.len(), cache: outcome, pre }))
+        let (component, outcome) =
+            cache::load_or_compile(&self.engine, self.opts.cache_dir.as_deref(), &sha256, bytes)
+                .map_err(|e| PluginError::NotAComponent {
+                    path: name.into(),
+                    detail: format!("{e:#}"),
+                })?;
+        let pre = self
+            .prepare(&component, world)
+            .map_err(|detail| PluginError::WrongWorld {
+                path: name.into(),
+                world,
+                detail,
+            })?;
+        Ok(Arc::new(Plugin {
+            name: name.into(),
+            world,
+            sha256,
+            size: bytes.len(),
+            cache: outcome,
+            pre,
+        }))
     }
 
     fn prepare(&self, component: &Component, world: World) -> Result<PluginPre, String> {
@@ -221,13 +288,22 @@ impl WasmHost {
         let err = |e: wasmtime::Error| format!("{e:#}");
         Ok(match world {
             World::Agent => PluginPre::Agent(
-                bindings::agent::AgentPre::new(self.agent_linker.instantiate_pre(component).map_err(err)?).map_err(err)?,
+                bindings::agent::AgentPre::new(
+                    self.agent_linker.instantiate_pre(component).map_err(err)?,
+                )
+                .map_err(err)?,
             ),
             World::Policy => PluginPre::Policy(
-                bindings::policy::PolicyPre::new(self.policy_linker.instantiate_pre(component).map_err(err)?).map_err(err)?,
+                bindings::policy::PolicyPre::new(
+                    self.policy_linker.instantiate_pre(component).map_err(err)?,
+                )
+                .map_err(err)?,
             ),
             World::Tool => PluginPre::Tool(
-                bindings::tool::ToolPre::new(self.tool_linker.instantiate_pre(component).map_err(err)?).map_err(err)?,
+                bindings::tool::ToolPre::new(
+                    self.tool_linker.instantiate_pre(component).map_err(err)?,
+                )
+                .map_err(err)?,
             ),
         })
     }

@@ -36,14 +36,21 @@ pub struct HostState {
 
 impl HostState {
     /// `wasi` decides the capabilities; stdout and stderr are always captured.
-    pub fn new(plugin: &str, limits: &PluginLimits, mut wasi: wasmtime_wasi::WasiCtxBuilder) -> HostState {
+    pub fn new(
+        plugin: &str,
+        limits: &PluginLimits,
+        mut wasi: wasmtime_wasi::WasiCtxBuilder,
+    ) -> HostState {
         let stderr = MemoryOutputPipe::new(STDIO_CAPTURE);
         wasi.stderr(stderr.clone()).stdout(stderr.clone());
         HostState {
             plugin: plugin.to_string(),
             wasi: wasi.build(),
             table: ResourceTable::new(),
-            limits: StoreLimitsBuilder::new().memory_size(limits.memory_bytes).trap_on_grow_failure(true).build(),
+            limits: StoreLimitsBuilder::new()
+                .memory_size(limits.memory_bytes)
+                .trap_on_grow_failure(true)
+                .build(),
             plugin_limits: limits.clone(),
             stderr,
             sink: None,
@@ -69,7 +76,10 @@ impl HostState {
 
 impl WasiView for HostState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
     }
 }
 
@@ -117,14 +127,23 @@ impl super::bindings::agent::keel::plugin::log::Host for HostState {
 }
 
 impl super::bindings::agent::keel::plugin::model::Host for HostState {
-    async fn complete(&mut self, request: wit::ModelRequest) -> wasmtime::Result<Result<wit::ModelResponse, wit::ModelError>> {
+    async fn complete(
+        &mut self,
+        request: wit::ModelRequest,
+    ) -> wasmtime::Result<Result<wit::ModelResponse, wit::ModelError>> {
         let Some(gate) = self.model.clone() else {
-            return Ok(Err(wit::ModelError::Permanent("this plugin has no model access".into())));
+            return Ok(Err(wit::ModelError::Permanent(
+                "this plugin has no model access".into(),
+            )));
         };
         // Time spent waiting for the model is not the guest's.
         let left = self.deadline.saturating_duration_since(Instant::now());
-        let result = gate.complete(&super::convert::model_request_in(request)).await;
+        let result = gate
+            .complete(&super::convert::model_request_in(request))
+            .await;
         self.deadline = Instant::now() + left;
-        Ok(result.map(super::convert::model_response_out).map_err(super::convert::model_error_out))
+        Ok(result
+            .map(super::convert::model_response_out)
+            .map_err(super::convert::model_error_out))
     }
 }

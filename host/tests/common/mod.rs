@@ -16,9 +16,15 @@ pub struct ScriptAgent {
 #[async_trait]
 impl Agent for ScriptAgent {
     async fn decide(&mut self, view: RunView<'_>) -> Result<Decision, ConsumerError> {
-        self.seen.lock().unwrap().push(serde_json::to_string(&(view.run.step_count, view.steps, view.approvals)).unwrap());
+        self.seen.lock().unwrap().push(
+            serde_json::to_string(&(view.run.step_count, view.steps, view.approvals)).unwrap(),
+        );
         let i = view.steps.iter().filter(|s| s.decision.is_some()).count();
-        Ok(self.script.get(i).cloned().unwrap_or(Decision::Fail("script exhausted".into())))
+        Ok(self
+            .script
+            .get(i)
+            .cloned()
+            .unwrap_or(Decision::Fail("script exhausted".into())))
     }
 }
 
@@ -30,12 +36,22 @@ pub struct NamePolicy {
 
 #[async_trait]
 impl Policy for NamePolicy {
-    async fn evaluate(&mut self, call: &ToolCall, effect: Effect, view: RunView<'_>) -> Result<Verdict, ConsumerError> {
-        self.seen.lock().unwrap().push(serde_json::to_string(&(call, effect, view.steps.len(), view.approvals)).unwrap());
+    async fn evaluate(
+        &mut self,
+        call: &ToolCall,
+        effect: Effect,
+        view: RunView<'_>,
+    ) -> Result<Verdict, ConsumerError> {
+        self.seen.lock().unwrap().push(
+            serde_json::to_string(&(call, effect, view.steps.len(), view.approvals)).unwrap(),
+        );
         Ok(if call.tool.starts_with("deny_") {
             Verdict::Deny("not this one".into())
         } else if call.tool.starts_with("ask_") {
-            Verdict::RequireApproval(ApprovalRequest { reason: "a human must agree".into(), presentation: r#"{"why":"test"}"#.into() })
+            Verdict::RequireApproval(ApprovalRequest {
+                reason: "a human must agree".into(),
+                presentation: r#"{"why":"test"}"#.into(),
+            })
         } else if call.tool.starts_with("abort_") {
             Verdict::Abort("stop everything".into())
         } else {
@@ -48,7 +64,9 @@ pub fn spec(name: &str, effect: Effect) -> ToolSpec {
     ToolSpec {
         name: name.into(),
         description: format!("{name} for tests"),
-        parameters: r#"{"type":"object","properties":{"n":{"type":"integer"}},"additionalProperties":true}"#.into(),
+        parameters:
+            r#"{"type":"object","properties":{"n":{"type":"integer"}},"additionalProperties":true}"#
+                .into(),
         effect,
     }
 }
@@ -62,7 +80,10 @@ pub fn counting_tool(name: &str, effect: Effect, count: Arc<Mutex<u32>>) -> Arc<
 }
 
 pub fn call(tool: &str, args: &str) -> Decision {
-    Decision::Call(ToolCall { tool: tool.into(), arguments: args.into() })
+    Decision::Call(ToolCall {
+        tool: tool.into(),
+        arguments: args.into(),
+    })
 }
 
 pub struct Rig {
@@ -78,13 +99,24 @@ pub fn consumers(script: Vec<Decision>, tools: Vec<Arc<dyn ToolProvider>>) -> (C
         set.add(t).unwrap();
     }
     let c = Consumers::new(
-        Box::new(ScriptAgent { script, seen: agent_seen.clone() }),
-        Box::new(NamePolicy { seen: policy_seen.clone() }),
+        Box::new(ScriptAgent {
+            script,
+            seen: agent_seen.clone(),
+        }),
+        Box::new(NamePolicy {
+            seen: policy_seen.clone(),
+        }),
         set,
         Arc::new(ModelGate::new(Arc::new(StubProvider::default()))),
         Arc::new(EventSink::default()),
     );
-    (c, Rig { agent_seen, policy_seen })
+    (
+        c,
+        Rig {
+            agent_seen,
+            policy_seen,
+        },
+    )
 }
 
 pub fn runtime(path: &std::path::Path) -> Runtime {
@@ -93,5 +125,11 @@ pub fn runtime(path: &std::path::Path) -> Runtime {
 }
 
 pub fn kinds(store: &Store, run_id: &str) -> Vec<String> {
-    store.events_after(Some(run_id), 0, 10_000).unwrap().into_iter().map(|e| e.kind).collect()
+    store
+        .events_after(Some(run_id), 0, 10_000)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.kind)
+        .collect()
 }
+pub mod wasm;

@@ -1,6 +1,9 @@
-//! An agent that misbehaves on purpose. Its config picks how:
+//! A test agent. Its config picks a mode:
 //! `{"mode": "...", "after": N}` behaves well (calls `echo`) for N decisions,
-//! then does the chosen harm on every later one.
+//! then does the chosen harm on every later one. `{"mode": "mirror",
+//! "script": [[tool, {args}], ...]}` plays the script and adds to each call's
+//! arguments a summary of the view it reassembled, so tests can compare it
+//! with the host's.
 
 use keel_guest::model;
 use keel_guest::prelude::*;
@@ -9,6 +12,61 @@ use keel_guest::{config, FinishReason, Message, ModelRequest, Role};
 struct Hostile {
     mode: String,
     after: usize,
+    script: Vec<(String, serde_json::Value)>,
+}
+
+/// `index/version/state/decision/observation-kind/observation-bytes` per
+/// step, then `|`, then `id=status` per approval.
+fn summary(view: &View) -> String {
+    let steps: Vec<String> = view
+        .steps()
+        .iter()
+        .map(|s| {
+            let state = match s.state {
+                StepState::Started => "started",
+                StepState::Decided => "decided",
+                StepState::AwaitingApproval => "awaiting_approval",
+                StepState::Executing => "executing",
+                StepState::Done => "done",
+                StepState::Interrupted => "interrupted",
+            };
+            let decision = match &s.decision {
+                None => "none",
+                Some(Decision::Call(_)) => "call",
+                Some(Decision::Complete(_)) => "complete",
+                Some(Decision::Fail(_)) => "fail",
+                Some(Decision::Invalid(_)) => "invalid",
+            };
+            let (kind, len) = match &s.observation {
+                None => ("none", 0),
+                Some(o) => (
+                    match o.kind {
+                        ObservationKind::ToolResult => "tool_result",
+                        ObservationKind::ToolError => "tool_error",
+                        ObservationKind::Denied => "denied",
+                        ObservationKind::InvalidDecision => "invalid_decision",
+                        ObservationKind::Final => "final",
+                    },
+                    o.content.len(),
+                ),
+            };
+            format!("{}/{}/{state}/{decision}/{kind}/{len}", s.index, s.version)
+        })
+        .collect();
+    let approvals: Vec<String> = view
+        .approvals()
+        .iter()
+        .map(|a| {
+            let st = match a.status {
+                ApprovalStatus::Pending => "pending",
+                ApprovalStatus::Approved => "approved",
+                ApprovalStatus::Denied => "denied",
+                ApprovalStatus::Expired => "expired",
+            };
+            format!("{}={st}", a.id)
+        })
+        .collect();
+    format!("{}|{}", steps.join(";"), approvals.join(";"))
 }
 
 impl Agent for Hostile {
@@ -16,14 +74,45 @@ impl Agent for Hostile {
         let mut c = config::parse(text)?;
         let mode = c.req_str("mode")?;
         let after = c.opt_u64("after")?.unwrap_or(0) as usize;
+        let mut script = Vec::new();
+        for (path, entry) in c.opt_array("script")?.unwrap_or_default() {
+            match entry {
+                serde_json::Value::Array(pair)
+                    if pair.len() == 2 && pair[0].is_string() && pair[1].is_object() =>
+                {
+                    script.push((
+                        pair[0].as_str().unwrap_or_default().to_string(),
+                        pair[1].clone(),
+                    ))
+                }
+                _ => return Err(format!("{path}: expected [tool, {{arguments}}]")),
+            }
+        }
         c.finish()?;
         if mode == "trap-in-init" {
             panic!("hostile agent: trap in init");
         }
-        Ok(Hostile { mode, after })
+        Ok(Hostile {
+            mode,
+            after,
+            script,
+        })
     }
 
     fn decide(&mut self, view: &View) -> Result<Decision, String> {
+        if self.mode == "mirror" {
+            let Some((tool, args)) = self.script.get(view.decided_steps()) else {
+                return Ok(Decision::Complete(
+                    serde_json::json!({ "view": summary(view) }).to_string(),
+                ));
+            };
+            let mut args = args.clone();
+            args["view"] = serde_json::Value::String(summary(view));
+            return Ok(Decision::Call(ToolCall {
+                tool: tool.clone(),
+                arguments: args.to_string(),
+            }));
+        }
         if view.decided_steps() < self.after {
             return Ok(Decision::Call(ToolCall {
                 tool: "echo".into(),
@@ -44,11 +133,20 @@ impl Agent for Hostile {
                     std::hint::black_box(&hoard);
                 }
             }
-            "recurse" => Ok(Decision::Fail(format!("{}", recurse(std::hint::black_box(1))))),
+            "recurse" => Ok(Decision::Fail(format!(
+                "{}",
+                recurse(std::hint::black_box(1))
+            ))),
             "trap" => panic!("hostile agent: deliberate panic"),
             "bad-json" => Ok(Decision::Complete("{not json".into())),
-            "bad-args" => Ok(Decision::Call(ToolCall { tool: "echo".into(), arguments: "[1,".into() })),
-            "unknown-tool" => Ok(Decision::Call(ToolCall { tool: "no_such_tool".into(), arguments: "{}".into() })),
+            "bad-args" => Ok(Decision::Call(ToolCall {
+                tool: "echo".into(),
+                arguments: "[1,".into(),
+            })),
+            "unknown-tool" => Ok(Decision::Call(ToolCall {
+                tool: "no_such_tool".into(),
+                arguments: "{}".into(),
+            })),
             "huge-string" => Ok(Decision::Fail("x".repeat(100 << 20))),
             "log-flood" => {
                 for i in 0..100_000 {
@@ -59,7 +157,12 @@ impl Agent for Hostile {
             "model-flood" => {
                 for _ in 0..1000 {
                     let req = ModelRequest {
-                        messages: vec![Message { role: Role::User, content: "hi".into(), tool_calls: vec![], tool_call_id: None }],
+                        messages: vec![Message {
+                            role: Role::User,
+                            content: "hi".into(),
+                            tool_calls: vec![],
+                            tool_call_id: None,
+                        }],
                         tools: vec![],
                         max_tokens: None,
                         temperature: None,
@@ -77,12 +180,13 @@ impl Agent for Hostile {
     }
 }
 
+/// Recursion that keeps its frames on the wasm stack (nothing spills to the
+/// shadow stack in linear memory), so it overflows the engine's stack limit.
 fn recurse(n: u64) -> u64 {
-    let buf = std::hint::black_box([n; 64]);
-    if buf[3] == 0 {
+    if std::hint::black_box(n) == 0 {
         return 0;
     }
-    recurse(n + 1) + buf[7]
+    std::hint::black_box(recurse(n + 1)) ^ n
 }
 
 keel_guest::export_agent!(Hostile);

@@ -32,19 +32,35 @@ impl Agent for LlmAgent {
         }
         let max_tokens = match c.opt_u64("max_tokens")? {
             Some(n) if n == 0 || n > u32::MAX as u64 => {
-                return Err(format!("{}: between 1 and {}", c.key_path("max_tokens"), u32::MAX))
+                return Err(format!(
+                    "{}: between 1 and {}",
+                    c.key_path("max_tokens"),
+                    u32::MAX
+                ))
             }
             n => n.map(|n| n as u32),
         };
         let temperature = match c.take("temperature") {
             None | Some(serde_json::Value::Null) => None,
-            Some(serde_json::Value::Number(n)) if n.as_f64().is_some_and(|t| (0.0..=2.0).contains(&t)) => {
+            Some(serde_json::Value::Number(n))
+                if n.as_f64().is_some_and(|t| (0.0..=2.0).contains(&t)) =>
+            {
                 n.as_f64().map(|t| t as f32)
             }
-            Some(_) => return Err(format!("{}: a number from 0 to 2", c.key_path("temperature"))),
+            Some(_) => {
+                return Err(format!(
+                    "{}: a number from 0 to 2",
+                    c.key_path("temperature")
+                ))
+            }
         };
         c.finish()?;
-        Ok(LlmAgent { tools, render, max_tokens, temperature })
+        Ok(LlmAgent {
+            tools,
+            render,
+            max_tokens,
+            temperature,
+        })
     }
 
     fn decide(&mut self, view: &View) -> Result<Decision, String> {
@@ -56,10 +72,14 @@ impl Agent for LlmAgent {
         };
         let response = match model::complete(&request) {
             Ok(r) => r,
-            Err(ModelError::Transient(e)) => return Ok(Decision::Invalid(format!("model unavailable: {e}"))),
+            Err(ModelError::Transient(e)) => {
+                return Ok(Decision::Invalid(format!("model unavailable: {e}")))
+            }
             Err(ModelError::LimitExceeded(e)) => return Err(format!("model limit: {e}")),
             Err(ModelError::Permanent(e)) => return Err(format!("model error: {e}")),
-            Err(ModelError::InvalidRequest(e)) => return Err(format!("model rejected the request: {e}")),
+            Err(ModelError::InvalidRequest(e)) => {
+                return Err(format!("model rejected the request: {e}"))
+            }
         };
         Ok(interpret(response.finish_reason, response.message))
     }
@@ -69,7 +89,10 @@ impl Agent for LlmAgent {
 /// `invalid` decision the model will see explained on the next step.
 pub fn interpret(finish: FinishReason, message: keel_guest::Message) -> Decision {
     if finish == FinishReason::ContentFilter {
-        return Decision::Invalid(format!("the model refused: {}", render::cap(&message.content, 200)));
+        return Decision::Invalid(format!(
+            "the model refused: {}",
+            render::cap(&message.content, 200)
+        ));
     }
     if finish == FinishReason::Length {
         return Decision::Invalid("the reply was cut off at the token limit".into());
@@ -79,9 +102,18 @@ pub fn interpret(finish: FinishReason, message: keel_guest::Message) -> Decision
             return Decision::Invalid("a tool call without a tool name".into());
         }
         return match serde_json::from_str::<serde_json::Value>(&call.arguments) {
-            Ok(v) if v.is_object() => Decision::Call(ToolCall { tool: call.name, arguments: v.to_string() }),
-            Ok(_) => Decision::Invalid(format!("the arguments for {} are not a JSON object", call.name)),
-            Err(e) => Decision::Invalid(format!("the arguments for {} are not valid JSON: {e}", call.name)),
+            Ok(v) if v.is_object() => Decision::Call(ToolCall {
+                tool: call.name,
+                arguments: v.to_string(),
+            }),
+            Ok(_) => Decision::Invalid(format!(
+                "the arguments for {} are not a JSON object",
+                call.name
+            )),
+            Err(e) => Decision::Invalid(format!(
+                "the arguments for {} are not valid JSON: {e}",
+                call.name
+            )),
         };
     }
     if message.content.trim().is_empty() {
@@ -103,7 +135,11 @@ mod tests {
             content: content.into(),
             tool_calls: calls
                 .into_iter()
-                .map(|(n, a)| ModelToolCall { id: "x".into(), name: n.into(), arguments: a.into() })
+                .map(|(n, a)| ModelToolCall {
+                    id: "x".into(),
+                    name: n.into(),
+                    arguments: a.into(),
+                })
                 .collect(),
             tool_call_id: None,
         }
@@ -112,13 +148,32 @@ mod tests {
     #[test]
     fn interprets_replies() {
         assert_eq!(
-            interpret(FinishReason::ToolCalls, reply("", vec![("fs_read", r#"{"path":"a"}"#)])),
-            Decision::Call(ToolCall { tool: "fs_read".into(), arguments: r#"{"path":"a"}"#.into() })
+            interpret(
+                FinishReason::ToolCalls,
+                reply("", vec![("fs_read", r#"{"path":"a"}"#)])
+            ),
+            Decision::Call(ToolCall {
+                tool: "fs_read".into(),
+                arguments: r#"{"path":"a"}"#.into()
+            })
         );
-        assert!(matches!(interpret(FinishReason::ToolCalls, reply("", vec![("fs_read", "{bad")])), Decision::Invalid(e) if e.contains("not valid JSON")));
-        assert!(matches!(interpret(FinishReason::Length, reply("abc", vec![])), Decision::Invalid(_)));
-        assert!(matches!(interpret(FinishReason::ContentFilter, reply("no", vec![])), Decision::Invalid(e) if e.contains("refused")));
-        assert_eq!(interpret(FinishReason::Stop, reply("done", vec![])), Decision::Complete("\"done\"".into()));
-        assert!(matches!(interpret(FinishReason::Stop, reply("  ", vec![])), Decision::Invalid(_)));
+        assert!(
+            matches!(interpret(FinishReason::ToolCalls, reply("", vec![("fs_read", "{bad")])), Decision::Invalid(e) if e.contains("not valid JSON"))
+        );
+        assert!(matches!(
+            interpret(FinishReason::Length, reply("abc", vec![])),
+            Decision::Invalid(_)
+        ));
+        assert!(
+            matches!(interpret(FinishReason::ContentFilter, reply("no", vec![])), Decision::Invalid(e) if e.contains("refused"))
+        );
+        assert_eq!(
+            interpret(FinishReason::Stop, reply("done", vec![])),
+            Decision::Complete("\"done\"".into())
+        );
+        assert!(matches!(
+            interpret(FinishReason::Stop, reply("  ", vec![])),
+            Decision::Invalid(_)
+        ));
     }
 }

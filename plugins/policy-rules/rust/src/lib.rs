@@ -63,11 +63,19 @@ impl Rules {
         let args: Option<Value> = serde_json::from_str(&call.arguments).ok();
         for (i, rule) in self.rules.iter().enumerate() {
             if rule.matches(call, effect, args.as_ref()) {
-                let reason = rule.reason.clone().unwrap_or_else(|| format!("matched rule {i}"));
+                let reason = rule
+                    .reason
+                    .clone()
+                    .unwrap_or_else(|| format!("matched rule {i}"));
                 return verdict(rule.action, reason, Value::from(i), &call.tool);
             }
         }
-        verdict(self.default, "no rule matched".into(), Value::Null, &call.tool)
+        verdict(
+            self.default,
+            "no rule matched".into(),
+            Value::Null,
+            &call.tool,
+        )
     }
 }
 
@@ -94,13 +102,19 @@ fn parse_rule(mut obj: Obj) -> Result<Rule, String> {
             for item in items {
                 match item {
                     Value::String(s) => out.push(effect(&effect_path, &s)?),
-                    _ => return Err(format!("{effect_path}: expected a string or a non-empty array of strings")),
+                    _ => {
+                        return Err(format!(
+                            "{effect_path}: expected a string or a non-empty array of strings"
+                        ))
+                    }
                 }
             }
             Some(out)
         }
         Some(_) => {
-            return Err(format!("{effect_path}: expected a string or a non-empty array of strings"))
+            return Err(format!(
+                "{effect_path}: expected a string or a non-empty array of strings"
+            ))
         }
     };
     let mut args = Vec::new();
@@ -116,7 +130,13 @@ fn parse_rule(mut obj: Obj) -> Result<Rule, String> {
     let action = parse_action(&action_path, &obj.req_str("action")?)?;
     let reason = obj.opt_str("reason")?;
     obj.finish()?;
-    Ok(Rule { tool, effects, args, action, reason })
+    Ok(Rule {
+        tool,
+        effects,
+        args,
+        action,
+        reason,
+    })
 }
 
 fn effect(path: &str, name: &str) -> Result<Effect, String> {
@@ -131,7 +151,10 @@ impl Rule {
             }
         }
         if let Some(effects) = &self.effects {
-            if !effects.iter().any(|e| effect_name(*e) == effect_name(effect)) {
+            if !effects
+                .iter()
+                .any(|e| effect_name(*e) == effect_name(effect))
+            {
                 return false;
             }
         }
@@ -171,7 +194,12 @@ impl Policy for RulesPolicy {
     fn init(config: &str) -> Result<Self, String> {
         Rules::parse(config).map(RulesPolicy)
     }
-    fn evaluate(&mut self, call: &ToolCall, effect: Effect, _view: &View) -> Result<Verdict, String> {
+    fn evaluate(
+        &mut self,
+        call: &ToolCall,
+        effect: Effect,
+        _view: &View,
+    ) -> Result<Verdict, String> {
         Ok(self.0.evaluate(call, effect))
     }
 }
@@ -183,7 +211,10 @@ mod tests {
     use super::*;
 
     fn call(tool: &str, args: &str) -> ToolCall {
-        ToolCall { tool: tool.into(), arguments: args.into() }
+        ToolCall {
+            tool: tool.into(),
+            arguments: args.into(),
+        }
     }
 
     #[test]
@@ -194,9 +225,15 @@ mod tests {
                          {"effect":["local-mutation"],"action":"require-approval"}]}"#,
         )
         .unwrap();
-        assert_eq!(r.evaluate(&call("fs_read", "{}"), Effect::ReadOnly), Verdict::Allow);
         assert_eq!(
-            r.evaluate(&call("fs_write", r#"{"path":"secret/k"}"#), Effect::LocalMutation),
+            r.evaluate(&call("fs_read", "{}"), Effect::ReadOnly),
+            Verdict::Allow
+        );
+        assert_eq!(
+            r.evaluate(
+                &call("fs_write", r#"{"path":"secret/k"}"#),
+                Effect::LocalMutation
+            ),
             Verdict::Deny("no".into())
         );
         match r.evaluate(&call("fs_write", r#"{"path":"a"}"#), Effect::LocalMutation) {
@@ -225,18 +262,32 @@ mod tests {
     #[test]
     fn errors_name_the_key() {
         let e = |c: &str| Rules::parse(c).unwrap_err();
-        assert_eq!(e(r#"{"rules":[{"action":"permit"}]}"#),
-            r#"config.rules[0].action: "permit" is not one of allow, deny, require-approval, abort"#);
-        assert_eq!(e(r#"{"rules":[{"tool":"x"}]}"#), "config.rules[0].action: missing");
+        assert_eq!(
+            e(r#"{"rules":[{"action":"permit"}]}"#),
+            r#"config.rules[0].action: "permit" is not one of allow, deny, require-approval, abort"#
+        );
+        assert_eq!(
+            e(r#"{"rules":[{"tool":"x"}]}"#),
+            "config.rules[0].action: missing"
+        );
         assert_eq!(e(r#"{"rule":[]}"#), "config.rules: missing");
         assert_eq!(e(r#"{"rules":[],"x":1}"#), r#"config: unknown key "x""#);
-        assert_eq!(e(r#"{"rules":[{"action":"allow","effect":"write"}]}"#),
-            r#"config.rules[0].effect: "write" is not an effect class"#);
-        assert_eq!(e(r#"{"rules":[{"action":"allow","effect":[]}]}"#),
-            "config.rules[0].effect: expected a string or a non-empty array of strings");
-        assert_eq!(e(r#"{"rules":[{"action":"allow","args":{"p":1}}]}"#), "config.rules[0].args.p: expected a string");
+        assert_eq!(
+            e(r#"{"rules":[{"action":"allow","effect":"write"}]}"#),
+            r#"config.rules[0].effect: "write" is not an effect class"#
+        );
+        assert_eq!(
+            e(r#"{"rules":[{"action":"allow","effect":[]}]}"#),
+            "config.rules[0].effect: expected a string or a non-empty array of strings"
+        );
+        assert_eq!(
+            e(r#"{"rules":[{"action":"allow","args":{"p":1}}]}"#),
+            "config.rules[0].args.p: expected a string"
+        );
         assert_eq!(e(r#"{"rules":[3]}"#), "config.rules[0]: expected an object");
-        assert_eq!(e(r#"{"rules":[],"default":"maybe"}"#),
-            r#"config.default: "maybe" is not one of allow, deny, require-approval, abort"#);
+        assert_eq!(
+            e(r#"{"rules":[],"default":"maybe"}"#),
+            r#"config.default: "maybe" is not one of allow, deny, require-approval, abort"#
+        );
     }
 }

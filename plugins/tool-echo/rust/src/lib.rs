@@ -18,7 +18,10 @@ impl Tool for Echo {
             return Err(format!("{}: at most 16777216", c.key_path("pad_bytes")));
         }
         c.finish()?;
-        Ok(Echo { name, pad_bytes: pad_bytes as usize })
+        Ok(Echo {
+            name,
+            pad_bytes: pad_bytes as usize,
+        })
     }
 
     fn specs(&self) -> Vec<ToolSpec> {

@@ -42,7 +42,11 @@ impl Fs {
             match c {
                 Component::Normal(s) => out.push(s),
                 Component::CurDir => {}
-                _ => return Err(format!("path {path:?}: only relative paths without \"..\" are allowed")),
+                _ => {
+                    return Err(format!(
+                        "path {path:?}: only relative paths without \"..\" are allowed"
+                    ))
+                }
             }
         }
         Ok(out)
@@ -52,7 +56,12 @@ impl Fs {
         let p = self.resolve(&a.path)?;
         let meta = std::fs::metadata(&p).map_err(|e| format!("{}: {e}", a.path))?;
         if meta.len() > self.max_read_bytes {
-            return Err(format!("{}: {} bytes is more than max_read_bytes ({})", a.path, meta.len(), self.max_read_bytes));
+            return Err(format!(
+                "{}: {} bytes is more than max_read_bytes ({})",
+                a.path,
+                meta.len(),
+                self.max_read_bytes
+            ));
         }
         let content = std::fs::read_to_string(&p).map_err(|e| format!("{}: {e}", a.path))?;
         Ok(serde_json::json!({ "path": a.path, "content": content }).to_string())
@@ -68,8 +77,12 @@ impl Fs {
             .truncate(!a.append)
             .open(&p)
             .map_err(|e| format!("{}: {e}", a.path))?;
-        f.write_all(a.content.as_bytes()).map_err(|e| format!("{}: {e}", a.path))?;
-        Ok(serde_json::json!({ "path": a.path, "bytes": a.content.len(), "appended": a.append }).to_string())
+        f.write_all(a.content.as_bytes())
+            .map_err(|e| format!("{}: {e}", a.path))?;
+        Ok(
+            serde_json::json!({ "path": a.path, "bytes": a.content.len(), "appended": a.append })
+                .to_string(),
+        )
     }
 
     fn list(&self, a: PathArg) -> Result<String, String> {
@@ -82,7 +95,8 @@ impl Fs {
                 Ok(t) if t.is_file() => "file",
                 _ => "other",
             };
-            entries.push(serde_json::json!({ "name": e.file_name().to_string_lossy(), "kind": kind }));
+            entries
+                .push(serde_json::json!({ "name": e.file_name().to_string_lossy(), "kind": kind }));
         }
         entries.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
         Ok(serde_json::json!({ "path": a.path, "entries": entries }).to_string())
@@ -94,11 +108,17 @@ impl Tool for Fs {
         let mut c = config::parse(text)?;
         let root = c.opt_str("root")?.unwrap_or_else(|| "/workspace".into());
         if !root.starts_with('/') {
-            return Err(format!("{}: must be the absolute guest path of a granted directory", c.key_path("root")));
+            return Err(format!(
+                "{}: must be the absolute guest path of a granted directory",
+                c.key_path("root")
+            ));
         }
         let max_read_bytes = c.opt_u64("max_read_bytes")?.unwrap_or(1 << 20);
         c.finish()?;
-        Ok(Fs { root: PathBuf::from(root), max_read_bytes })
+        Ok(Fs {
+            root: PathBuf::from(root),
+            max_read_bytes,
+        })
     }
 
     fn specs(&self) -> Vec<ToolSpec> {
@@ -111,7 +131,8 @@ impl Tool for Fs {
             },
             ToolSpec {
                 name: "fs_write".into(),
-                description: "Write (or append to) a UTF-8 text file, creating it if needed.".into(),
+                description: "Write (or append to) a UTF-8 text file, creating it if needed."
+                    .into(),
                 parameters: WRITE_SCHEMA.into(),
                 effect: Effect::LocalMutation,
             },

@@ -1,0 +1,123 @@
+//! Per-step time of the loop at 10, 100 and 400 steps, small and ~8 KiB
+//! observations, synchronous=FULL and NORMAL, against the bare cost of the
+//! step's commits. Criterion reports time per run; divide by n for per step.
+//!
+//!     cargo bench -p keel-benches --bench driver
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use keel::store::{Expect, NewEvent, Transition};
+use keel::*;
+use keel_benches::*;
+
+fn runtime(sync: Sync) -> (tempfile::TempDir, Runtime) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("b.db"), sync).unwrap();
+    (dir, Runtime::new(StoreHandle::spawn(store)))
+}
+
+fn bench_driver(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut g = c.benchmark_group("driver");
+    g.sample_size(10);
+    for sync in [Sync::Full, Sync::Normal] {
+        for (label, pad) in [("small", 0usize), ("8KiB", 8 << 10)] {
+            for n in [10u32, 100, 400] {
+                g.throughput(Throughput::Elements(n as u64));
+                let id = BenchmarkId::new(format!("native/{sync:?}/{label}"), n);
+                g.bench_function(id, |b| {
+                    let (_dir, runtime) = runtime(sync);
+                    b.to_async(&rt).iter(|| async {
+                        let out = runtime
+                            .start("bench", limits(n), "{}", native_consumers(n, pad))
+                            .await
+                            .unwrap();
+                        assert_eq!(out.run.status, RunStatus::Completed);
+                    });
+                });
+            }
+        }
+        // The floor: the four commits of a step, with the same rows, alone.
+        g.throughput(Throughput::Elements(1));
+        g.bench_function(
+            BenchmarkId::new(format!("bare-commits/{sync:?}"), "step"),
+            |b| {
+                let dir = tempfile::tempdir().unwrap();
+                let mut store = Store::open(dir.path().join("c.db"), sync).unwrap();
+                let mut run = bare_run();
+                store.create_run(&run, vec![]).unwrap();
+                let mut i = 0u32;
+                b.iter(|| {
+                    for state in [
+                        StepState::Started,
+                        StepState::Decided,
+                        StepState::Executing,
+                        StepState::Done,
+                    ] {
+                        let step = Step {
+                            index: i,
+                            version: 1,
+                            state,
+                            decision: Some(Decision::Call(ToolCall {
+                                tool: "echo".into(),
+                                arguments: format!("{{\"i\":{i}}}"),
+                            })),
+                            call: None,
+                            effect: None,
+                            verdict: None,
+                            observation: None,
+                            started_at: 0,
+                            updated_at: 0,
+                        };
+                        run.step_count = i + 1;
+                        store
+                            .commit(Transition {
+                                expect: Expect {
+                                    status: RunStatus::Running,
+                                    owner: Some("bench".into()),
+                                },
+                                run: run.clone(),
+                                steps: vec![step],
+                                approvals: vec![],
+                                events: vec![NewEvent::new(
+                                    "step.bench",
+                                    Some(i),
+                                    serde_json::json!({}),
+                                )],
+                                model_calls: vec![],
+                            })
+                            .unwrap();
+                    }
+                    i += 1;
+                });
+            },
+        );
+    }
+    g.finish();
+}
+
+fn bare_run() -> Run {
+    Run {
+        id: "bench".into(),
+        goal: "g".into(),
+        status: RunStatus::Running,
+        reason: None,
+        result: None,
+        limits: Limits::default(),
+        meta: "{}".into(),
+        step_count: 0,
+        model_calls: 0,
+        tokens: 0,
+        consecutive_failures: 0,
+        lease_owner: Some("bench".into()),
+        lease_expires: Some(i64::MAX),
+        created_at: 0,
+        updated_at: 0,
+    }
+}
+
+criterion_group!(benches, bench_driver);
+criterion_main!(benches);

@@ -1,0 +1,204 @@
+//! The `keel` command line: start, watch, approve, deny, cancel and resume
+//! runs, and inspect plugins.
+
+mod output;
+mod plugin_cmd;
+mod run_cmd;
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+/// Exit codes, documented in `--help`.
+pub mod exit {
+    /// The command did what it was asked (a run completed).
+    pub const OK: i32 = 0;
+    /// Refused: the operation does not apply (the run is terminal, the
+    /// approval is not pending, the lease is held elsewhere).
+    pub const REFUSED: i32 = 1;
+    /// Usage or input error: bad flags, a missing or invalid file.
+    pub const USAGE: i32 = 2;
+    /// The run paused and waits for an approval.
+    pub const PAUSED: i32 = 3;
+    /// The run ended failed or cancelled.
+    pub const RUN_FAILED: i32 = 4;
+}
+
+const EXIT_CODES: &str = "Exit codes:
+  0  done (for run and resume: the run completed)
+  1  refused (the run is terminal, the approval is not pending, the run is leased elsewhere)
+  2  usage or input error (bad flags, missing or invalid file, corrupt store)
+  3  the run is paused, waiting for an approval (see `keel approve`)
+  4  the run ended failed or cancelled";
+
+/// Keel: durable agent runs with sandboxed WebAssembly plugins.
+#[derive(Parser, Debug)]
+#[command(name = "keel", version, after_help = EXIT_CODES)]
+pub struct Cli {
+    /// The store to read or write (default: the config's `store`, else ./keel.db).
+    #[arg(long, global = true, env = "KEEL_STORE")]
+    pub store: Option<PathBuf>,
+    /// Log level for keel's own diagnostics on stderr (error, warn, info, debug).
+    #[arg(long, global = true, default_value = "warn", env = "KEEL_LOG")]
+    pub log: String,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Start a run from a config and a goal; stream its events until it
+    /// completes, fails or pauses for approval.
+    #[command(after_help = EXIT_CODES)]
+    Run {
+        /// The TOML config (store, model, agent, policy, tools, limits).
+        #[arg(long, short)]
+        config: PathBuf,
+        /// What the run should achieve; handed to the agent.
+        #[arg(long, short)]
+        goal: String,
+        /// Print events and the outcome as JSON lines.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Drive a paused or interrupted run on: apply an operator's answer,
+    /// recover a step interrupted by a crash, or continue.
+    #[command(after_help = EXIT_CODES)]
+    Resume {
+        run_id: String,
+        /// The config to rebuild the consumers from (default: the one the run started with).
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// List runs, newest first.
+    Runs {
+        /// Only runs with this status (running, waiting_for_approval, completed, failed, cancelled).
+        #[arg(long)]
+        status: Option<String>,
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one run: its status, steps and approvals.
+    Show {
+        run_id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a run's events (or every run's), optionally following new ones.
+    Events {
+        run_id: Option<String>,
+        /// Only events after this sequence number.
+        #[arg(long, default_value_t = 0)]
+        after: i64,
+        /// Keep printing events as they commit, until the run ends (Ctrl-C to stop).
+        #[arg(long)]
+        follow: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Approve a pending approval (by its id, or by the id of the run that waits).
+    /// The run stays paused until `keel resume` executes exactly the approved call.
+    #[command(after_help = EXIT_CODES)]
+    Approve {
+        id: String,
+        /// Who approves (recorded with the approval).
+        #[arg(long, default_value_t = whoami())]
+        by: String,
+        #[arg(long)]
+        note: Option<String>,
+    },
+    /// Deny a pending approval. Final: the agent sees the denial on resume.
+    #[command(after_help = EXIT_CODES)]
+    Deny {
+        id: String,
+        #[arg(long, default_value_t = whoami())]
+        by: String,
+        #[arg(long)]
+        note: Option<String>,
+    },
+    /// Cancel a run from any process; a live loop stops at its next write.
+    #[command(after_help = EXIT_CODES)]
+    Cancel {
+        run_id: String,
+        #[arg(long, default_value_t = whoami())]
+        by: String,
+    },
+    /// Inspect, check and precompile plugin components.
+    #[command(subcommand)]
+    Plugin(plugin_cmd::PluginCommand),
+}
+
+fn whoami() -> String {
+    std::env::var("USER").unwrap_or_else(|_| "operator".into())
+}
+
+/// Parses the command line, runs the command and returns the exit code.
+pub fn main() -> i32 {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                exit::USAGE
+            } else {
+                exit::OK
+            };
+        }
+    };
+    let filter = tracing_subscriber::EnvFilter::try_new(&cli.log)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return exit::USAGE;
+        }
+    };
+    match rt.block_on(run_cmd::dispatch(cli)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            classify(&e)
+        }
+    }
+}
+
+/// The exit code for an error.
+fn classify(e: &anyhow::Error) -> i32 {
+    use crate::store::StoreError;
+    for cause in e.chain() {
+        if let Some(se) = cause.downcast_ref::<StoreError>() {
+            return match se {
+                StoreError::Refused(_)
+                | StoreError::Leased { .. }
+                | StoreError::Conflict { .. }
+                | StoreError::Locked { .. } => exit::REFUSED,
+                _ => exit::USAGE,
+            };
+        }
+        if let Some(de) = cause.downcast_ref::<crate::driver::DriverError>() {
+            return match de {
+                crate::driver::DriverError::Terminal(..)
+                | crate::driver::DriverError::Tampered { .. } => exit::REFUSED,
+                crate::driver::DriverError::Store(
+                    StoreError::Refused(_) | StoreError::Leased { .. } | StoreError::Locked { .. },
+                ) => exit::REFUSED,
+                _ => exit::USAGE,
+            };
+        }
+        if cause.downcast_ref::<run_cmd::Refused>().is_some() {
+            return exit::REFUSED;
+        }
+    }
+    exit::USAGE
+}

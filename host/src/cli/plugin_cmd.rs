@@ -1,0 +1,140 @@
+//! `keel plugin inspect|check|compile`.
+
+use super::exit;
+use crate::wasm::{cache, inspect, EngineOptions, WasmHost, World};
+use anyhow::{anyhow, Context};
+use clap::Subcommand;
+use std::path::PathBuf;
+
+#[derive(Subcommand, Debug)]
+pub enum PluginCommand {
+    /// Show a component's world, imports, exports, size, sha256 and the
+    /// language it was built from, where that can be told.
+    Inspect {
+        file: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check that a component fits a world (agent, policy or tool): exit 0
+    /// if it does, 2 with the reason if not.
+    Check {
+        file: PathBuf,
+        #[arg(long)]
+        world: String,
+    },
+    /// Compile components into the cache, so that the next run loads them
+    /// in milliseconds.
+    Compile {
+        files: Vec<PathBuf>,
+        /// The compile cache (default: .keel/cache).
+        #[arg(long, default_value = ".keel/cache")]
+        cache_dir: PathBuf,
+    },
+}
+
+fn parse_world(s: &str) -> anyhow::Result<World> {
+    match s {
+        "agent" => Ok(World::Agent),
+        "policy" => Ok(World::Policy),
+        "tool" => Ok(World::Tool),
+        _ => Err(anyhow!("--world: {s:?} is not agent, policy or tool")),
+    }
+}
+
+/// The source language, from the producers section and telltale imports.
+fn language(bytes: &[u8]) -> &'static str {
+    let has = |needle: &[u8]| bytes.windows(needle.len()).any(|w| w == needle);
+    if has(b"componentize-py") {
+        "python"
+    } else if has(b"StarlingMonkey") || has(b"componentize-js") || has(b"spidermonkey") {
+        "javascript"
+    } else if has(b"wit-bindgen-c") || has(b"clang") && !has(b"rustc") {
+        "c"
+    } else if has(b"rustc") {
+        "rust"
+    } else {
+        "unknown"
+    }
+}
+
+pub async fn run(cmd: PluginCommand) -> anyhow::Result<i32> {
+    match cmd {
+        PluginCommand::Inspect { file, json } => {
+            let bytes =
+                std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
+            let host = WasmHost::new(EngineOptions {
+                pooling: false,
+                ..EngineOptions::default()
+            })?;
+            if !wasmparser::Parser::is_component(&bytes) {
+                return Err(anyhow!("{}: not a WebAssembly component", file.display()));
+            }
+            let component = wasmtime::component::Component::new(host.engine(), &bytes)
+                .map_err(|e| anyhow!("{}: cannot compile: {e:#}", file.display()))?;
+            let world = inspect::guess_world(host.engine(), &component);
+            let imports = inspect::imports(host.engine(), &component);
+            let exports = inspect::exports(host.engine(), &component);
+            let sha = cache::sha256_hex(&bytes);
+            let lang = language(&bytes);
+            if json {
+                println!(
+                    "{}",
+                    serde_json::json!({ "file": file, "world": world, "size": bytes.len(), "sha256": sha,
+                        "language": lang, "imports": imports, "exports": exports })
+                );
+            } else {
+                println!("file:     {}", file.display());
+                println!(
+                    "world:    {}",
+                    world
+                        .map(|w| w.as_str())
+                        .unwrap_or("none (exports fit no keel world)")
+                );
+                println!("language: {lang}");
+                println!("size:     {} bytes", bytes.len());
+                println!("sha256:   {sha}");
+                println!("exports:  {}", exports.join(", "));
+                println!("imports:");
+                for i in imports {
+                    println!("  {i}");
+                }
+            }
+            Ok(exit::OK)
+        }
+        PluginCommand::Check { file, world } => {
+            let world = parse_world(&world)?;
+            let host = WasmHost::new(EngineOptions {
+                pooling: false,
+                ..EngineOptions::default()
+            })?;
+            host.load(&file, world, None)?;
+            println!("{} fits the {world} world", file.display());
+            Ok(exit::OK)
+        }
+        PluginCommand::Compile { files, cache_dir } => {
+            let host = WasmHost::new(EngineOptions {
+                pooling: false,
+                cache_dir: Some(cache_dir.clone()),
+                ..EngineOptions::default()
+            })?;
+            for f in files {
+                let bytes =
+                    std::fs::read(&f).with_context(|| format!("reading {}", f.display()))?;
+                let sha = cache::sha256_hex(&bytes);
+                eprintln!("compiling {} ({} KiB)…", f.display(), bytes.len() / 1024);
+                let started = std::time::Instant::now();
+                let (_, outcome) =
+                    cache::load_or_compile(host.engine(), Some(&cache_dir), &sha, &bytes)
+                        .with_context(|| format!("{}: cannot compile", f.display()))?;
+                println!(
+                    "{}: {:?} in {:.2?} -> {}",
+                    f.display(),
+                    outcome,
+                    started.elapsed(),
+                    cache_dir.display()
+                );
+            }
+            Ok(exit::OK)
+        }
+    }
+}

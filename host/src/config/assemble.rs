@@ -1,0 +1,159 @@
+//! Builds a run's consumers from a config: loads and checks the
+//! components, instantiates the agent and the policy for the run, and puts
+//! the tools in a table.
+
+use super::{Config, DirMode, ModelConfig};
+use crate::consumer::EventSink;
+use crate::driver::Consumers;
+use crate::model::{ModelGate, ModelProvider, StubProvider};
+use crate::tools::ToolSet;
+use crate::wasm::{
+    EngineOptions, Plugin, ToolCaps, WasmAgent, WasmHost, WasmPolicy, WasmTools, World,
+};
+use anyhow::{anyhow, Context};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Everything loaded from a config, ready to build consumers for runs.
+pub struct Assembly {
+    pub host: Arc<WasmHost>,
+    pub agent: Arc<Plugin>,
+    pub policy: Arc<Plugin>,
+    pub tools: Vec<Arc<Plugin>>,
+    pub provider: Arc<dyn ModelProvider>,
+    pub config: Config,
+}
+
+/// Loads every component of `config` (compiling or reading the cache) and
+/// the model provider.
+pub fn assemble(config: &Config) -> anyhow::Result<Assembly> {
+    let host = WasmHost::new(EngineOptions {
+        pooling: config.engine.pooling,
+        max_instances: config.engine.max_instances,
+        cache_dir: config.engine.cache_dir.as_ref().map(|d| config.resolve(d)),
+        max_wasm_stack: config.engine.max_wasm_stack,
+        ..EngineOptions::default()
+    })
+    .context("starting the wasm engine")?;
+    let load = |what: &str, p: &std::path::Path, world: World, sha: &Option<String>| {
+        host.load(&config.resolve(p), world, sha.as_deref())
+            .with_context(|| format!("{what} plugin"))
+    };
+    let agent = load(
+        "agent",
+        &config.agent.component,
+        World::Agent,
+        &config.agent.sha256,
+    )?;
+    let policy = load(
+        "policy",
+        &config.policy.component,
+        World::Policy,
+        &config.policy.sha256,
+    )?;
+    let mut tools = Vec::new();
+    for (i, t) in config.tools.iter().enumerate() {
+        tools.push(load(
+            &format!("tools[{i}]"),
+            &t.component,
+            World::Tool,
+            &t.sha256,
+        )?);
+    }
+    let provider: Arc<dyn ModelProvider> = match &config.model {
+        ModelConfig::Stub { latency_ms, answer } => Arc::new(StubProvider {
+            latency: Duration::from_millis(*latency_ms),
+            answer: answer.clone(),
+            ..StubProvider::default()
+        }),
+        ModelConfig::Openai { .. } => {
+            return Err(anyhow!(
+                "{}: the openai provider is not available in this build",
+                config.path.display()
+            ))
+        }
+        ModelConfig::Replay { .. } => {
+            return Err(anyhow!(
+                "{}: the replay provider is not available in this build",
+                config.path.display()
+            ))
+        }
+    };
+    Ok(Assembly {
+        host,
+        agent,
+        policy,
+        tools,
+        provider,
+        config: config.clone(),
+    })
+}
+
+impl Assembly {
+    /// Fresh consumers for one run: its own agent and policy instances.
+    pub async fn consumers(&self) -> anyhow::Result<Consumers> {
+        let cfg = &self.config;
+        let sink = Arc::new(EventSink::default());
+        let gate = Arc::new(ModelGate::new(self.provider.clone()));
+        let mut set = ToolSet::new();
+        for (plugin, t) in self.tools.iter().zip(&cfg.tools) {
+            let mut caps = ToolCaps {
+                network: t.grant.network,
+                ..ToolCaps::default()
+            };
+            for d in &t.grant.dirs {
+                let host_dir = cfg.resolve(&d.host);
+                std::fs::create_dir_all(&host_dir).with_context(|| {
+                    format!("creating the granted directory {}", host_dir.display())
+                })?;
+                caps.dirs
+                    .push((host_dir, d.guest.clone(), d.mode == DirMode::Rw));
+            }
+            for name in &t.grant.env {
+                if let Ok(v) = std::env::var(name) {
+                    caps.env.push((name.clone(), v));
+                }
+            }
+            let tools = WasmTools::new(
+                self.host.clone(),
+                plugin.clone(),
+                &t.config.to_string(),
+                t.limits.clone(),
+                caps,
+                t.stateful,
+                Some(sink.clone()),
+            )
+            .await
+            .with_context(|| format!("starting tool {}", plugin.name))?;
+            set.add(Arc::new(tools))
+                .map_err(|e| anyhow!("{}: {e}", plugin.name))?;
+        }
+        let agent = WasmAgent::new(
+            &self.host,
+            &self.agent,
+            &cfg.agent.config.to_string(),
+            set.specs(),
+            &cfg.agent.limits,
+            gate.clone(),
+            sink.clone(),
+        )
+        .await
+        .with_context(|| format!("starting the agent {}", self.agent.name))?;
+        let policy = WasmPolicy::new(
+            &self.host,
+            &self.policy,
+            &cfg.policy.config.to_string(),
+            &cfg.policy.limits,
+            sink.clone(),
+        )
+        .await
+        .with_context(|| format!("starting the policy {}", self.policy.name))?;
+        Ok(Consumers::new(
+            Box::new(agent),
+            Box::new(policy),
+            set,
+            gate,
+            sink,
+        ))
+    }
+}

@@ -1,0 +1,295 @@
+//! The TOML config of the `keel` binary: store, engine, model provider,
+//! agent, policy, tools and run limits. Unknown keys and wrong types are
+//! errors that name the file, the line and the key.
+
+mod assemble;
+
+pub use assemble::{assemble, Assembly};
+
+use crate::types::Limits;
+use crate::wasm::PluginLimits;
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// The SQLite store, relative to the config file.
+    #[serde(default = "default_store")]
+    pub store: PathBuf,
+    #[serde(default)]
+    pub engine: EngineConfig,
+    #[serde(default)]
+    pub model: ModelConfig,
+    #[serde(default)]
+    pub limits: Limits,
+    pub agent: PluginConfig,
+    pub policy: PluginConfig,
+    #[serde(default)]
+    pub tools: Vec<ToolConfig>,
+    /// Where the file was read from; relative paths are resolved against its folder.
+    #[serde(skip)]
+    pub path: PathBuf,
+}
+
+fn default_store() -> PathBuf {
+    PathBuf::from("keel.db")
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EngineConfig {
+    /// Compiled components are cached here (relative to the config file).
+    pub cache_dir: Option<PathBuf>,
+    pub pooling: bool,
+    pub max_instances: u32,
+    /// Wasm stack per call in bytes (engine-wide).
+    pub max_wasm_stack: usize,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            cache_dir: Some(PathBuf::from(".keel/cache")),
+            pooling: true,
+            max_instances: 1000,
+            max_wasm_stack: 1 << 20,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, tag = "provider", rename_all = "lowercase")]
+pub enum ModelConfig {
+    /// Deterministic answers after `latency_ms`.
+    Stub {
+        #[serde(default)]
+        latency_ms: u64,
+        #[serde(default = "default_answer")]
+        answer: String,
+    },
+    /// An OpenAI-compatible chat-completions server.
+    Openai {
+        base_url: String,
+        model: String,
+        /// The name of the environment variable holding the API key; the key
+        /// itself is never written to the config or the store.
+        api_key_env: Option<String>,
+        #[serde(default = "default_timeout")]
+        timeout_ms: u64,
+        #[serde(default = "default_retries")]
+        max_retries: u32,
+        #[serde(default = "default_max_response")]
+        max_response_bytes: usize,
+    },
+    /// Recorded responses keyed by canonical request, replayed in order.
+    Replay { file: PathBuf },
+}
+
+fn default_answer() -> String {
+    "done".into()
+}
+fn default_timeout() -> u64 {
+    60_000
+}
+fn default_retries() -> u32 {
+    2
+}
+fn default_max_response() -> usize {
+    4 << 20
+}
+
+impl Default for ModelConfig {
+    fn default() -> Self {
+        ModelConfig::Stub {
+            latency_ms: 0,
+            answer: default_answer(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PluginConfig {
+    /// Path of the component (relative to the config file).
+    pub component: PathBuf,
+    /// Refuse to run unless the component's sha256 is this.
+    pub sha256: Option<String>,
+    /// The plugin's own config, handed to its `init` as JSON.
+    #[serde(default = "empty_object")]
+    pub config: serde_json::Value,
+    #[serde(default)]
+    pub limits: PluginLimits,
+}
+
+fn empty_object() -> serde_json::Value {
+    serde_json::Value::Object(Default::default())
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolConfig {
+    pub component: PathBuf,
+    pub sha256: Option<String>,
+    #[serde(default = "empty_object")]
+    pub config: serde_json::Value,
+    #[serde(default)]
+    pub limits: PluginLimits,
+    /// Keep one instance for the whole run instead of a fresh one per call.
+    #[serde(default)]
+    pub stateful: bool,
+    #[serde(default)]
+    pub grant: Grant,
+}
+
+/// The WASI capabilities a tool gets. Nothing unless named here.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Grant {
+    #[serde(default)]
+    pub dirs: Vec<DirGrant>,
+    /// Environment variables passed through by name.
+    #[serde(default)]
+    pub env: Vec<String>,
+    #[serde(default)]
+    pub network: bool,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DirGrant {
+    /// A directory on the host (relative to the config file).
+    pub host: PathBuf,
+    /// Where the tool sees it.
+    pub guest: String,
+    #[serde(default)]
+    pub mode: DirMode,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DirMode {
+    #[default]
+    Ro,
+    Rw,
+}
+
+/// A config that cannot be used, with where and why.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Invalid { path: String, message: String },
+}
+
+impl Config {
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let p = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: p.clone(),
+            source,
+        })?;
+        Config::parse(&text, path)
+    }
+
+    pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        let p = path.display().to_string();
+        let mut cfg: Config = toml::from_str(text).map_err(|e| ConfigError::Invalid {
+            path: p.clone(),
+            message: e.to_string(),
+        })?;
+        cfg.path = path.to_path_buf();
+        cfg.check()
+            .map_err(|message| ConfigError::Invalid { path: p, message })?;
+        Ok(cfg)
+    }
+
+    fn check(&self) -> Result<(), String> {
+        for (i, t) in self.tools.iter().enumerate() {
+            for d in &t.grant.dirs {
+                if !d.guest.starts_with('/') {
+                    return Err(format!(
+                        "tools[{i}].grant.dirs: guest path {:?} must be absolute",
+                        d.guest
+                    ));
+                }
+            }
+        }
+        for (what, sha) in std::iter::once(("agent", &self.agent.sha256))
+            .chain(std::iter::once(("policy", &self.policy.sha256)))
+            .chain(self.tools.iter().map(|t| ("tools[].sha256", &t.sha256)))
+        {
+            if let Some(s) = sha {
+                if s.len() != 64 || !s.chars().all(|c| c.is_ascii_hexdigit()) {
+                    return Err(format!("{what}.sha256: {s:?} is not 64 hex digits"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `p` resolved against the config file's folder.
+    pub fn resolve(&self, p: &Path) -> PathBuf {
+        if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            self.path.parent().unwrap_or(Path::new(".")).join(p)
+        }
+    }
+
+    pub fn store_path(&self) -> PathBuf {
+        self.resolve(&self.store)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OK: &str = r#"
+store = "k.db"
+[agent]
+component = "a.wasm"
+config = { script = [] }
+[policy]
+component = "p.wasm"
+[[tools]]
+component = "t.wasm"
+grant = { dirs = [{ host = "w", guest = "/workspace", mode = "rw" }] }
+"#;
+
+    #[test]
+    fn a_valid_config_parses_and_resolves_paths() {
+        let c = Config::parse(OK, Path::new("/etc/keel/keel.toml")).unwrap();
+        assert_eq!(c.store_path(), PathBuf::from("/etc/keel/k.db"));
+        assert_eq!(c.tools[0].grant.dirs[0].mode, DirMode::Rw);
+        assert!(matches!(c.model, ModelConfig::Stub { .. }));
+    }
+
+    #[test]
+    fn unknown_keys_and_wrong_types_name_file_line_and_key() {
+        let bad = OK.replace("[policy]", "[policy]\ncomponnet = 1");
+        let e = Config::parse(&bad, Path::new("x.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("x.toml:"), "{e}");
+        assert!(e.contains("line 7") && e.contains("componnet"), "{e}");
+        let bad = OK.replace(
+            "store = \"k.db\"",
+            "store = \"k.db\"\n[limits]\nmax_steps = \"ten\"",
+        );
+        let e = Config::parse(&bad, Path::new("x.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("max_steps") && e.contains("line 4"), "{e}");
+        let bad = OK.replace("/workspace", "workspace");
+        assert!(Config::parse(&bad, Path::new("x.toml"))
+            .unwrap_err()
+            .to_string()
+            .contains("must be absolute"));
+    }
+}

@@ -1,0 +1,62 @@
+//! Built plugins and one shared engine for the wasm tests.
+#![allow(dead_code)]
+
+use keel::wasm::{EngineOptions, Plugin, WasmHost, World};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// Where `make plugins` put the components.
+pub fn plugins_dir() -> PathBuf {
+    std::env::var_os("KEEL_PLUGINS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/plugins"))
+}
+
+/// The path of a built plugin, or `None` (the test skips) when it was not
+/// built. Under `CI=true` a missing plugin fails the test instead.
+pub fn plugin_path(file: &str) -> Option<PathBuf> {
+    let p = plugins_dir().join(file);
+    if p.exists() {
+        return Some(p);
+    }
+    if std::env::var("CI").as_deref() == Ok("true") {
+        panic!(
+            "{} is missing: `make plugins` must build every plugin under CI",
+            p.display()
+        );
+    }
+    eprintln!("skipping: {} not built (run `make plugins`)", p.display());
+    None
+}
+
+pub fn host() -> Arc<WasmHost> {
+    static HOST: OnceLock<Arc<WasmHost>> = OnceLock::new();
+    HOST.get_or_init(|| {
+        let cache = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/keel-test-cache");
+        WasmHost::new(EngineOptions {
+            cache_dir: Some(cache),
+            max_instances: 200,
+            ..EngineOptions::default()
+        })
+        .unwrap()
+    })
+    .clone()
+}
+
+/// Loads (once per process) a built plugin for a world.
+pub fn plugin(file: &str, world: World) -> Option<Arc<Plugin>> {
+    static LOADED: OnceLock<Mutex<HashMap<(String, World), Arc<Plugin>>>> = OnceLock::new();
+    let path = plugin_path(file)?;
+    let map = LOADED.get_or_init(Default::default);
+    // Hold the lock while compiling so that one test compiles, the rest wait.
+    let mut m = map.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(p) = m.get(&(file.to_string(), world)) {
+        return Some(p.clone());
+    }
+    let p = host()
+        .load(&path, world, None)
+        .unwrap_or_else(|e| panic!("{e}"));
+    m.insert((file.to_string(), world), p.clone());
+    Some(p)
+}

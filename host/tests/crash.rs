@@ -1,0 +1,214 @@
+//! Crash safety: a child process is killed (aborted) right after each write
+//! point of a step, then the run is resumed here. No side-effecting tool may
+//! run twice without an operator's word, and no committed step may be lost.
+
+mod common;
+
+use common::*;
+use keel::*;
+use std::io::Write;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+fn script() -> Vec<Decision> {
+    vec![
+        call("write_a", r#"{"n":1}"#),
+        call("read_b", r#"{"n":2}"#),
+        call("put_c", r#"{"n":3}"#),
+        Decision::Complete(r#""done""#.into()),
+    ]
+}
+
+/// Tools that append a line per execution to `log` (synced), so the parent
+/// can count executions across processes.
+fn logged_tools(log: &Path) -> Vec<Arc<dyn ToolProvider>> {
+    [
+        ("write_a", Effect::LocalMutation),
+        ("read_b", Effect::ReadOnly),
+        ("put_c", Effect::Idempotent),
+    ]
+    .into_iter()
+    .map(|(name, effect)| {
+        let log = log.to_path_buf();
+        let n = name.to_string();
+        Arc::new(FnTool::new(spec(name, effect), move |args| {
+            let mut f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&log)
+                .map_err(|e| e.to_string())?;
+            writeln!(f, "{n} {args}").map_err(|e| e.to_string())?;
+            f.sync_all().map_err(|e| e.to_string())?;
+            Ok(serde_json::json!({ "did": n }))
+        })) as Arc<dyn ToolProvider>
+    })
+    .collect()
+}
+
+fn runs_of(log: &Path, tool: &str) -> usize {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.starts_with(&format!("{tool} ")))
+        .count()
+}
+
+/// Runs in the child process only (it is `#[ignore]`d otherwise).
+#[tokio::test]
+#[ignore]
+async fn crash_child() {
+    let Ok(db) = std::env::var("KEEL_CRASH_DB") else {
+        return;
+    };
+    let log = std::env::var("KEEL_CRASH_LOG").unwrap();
+    let rt = runtime(Path::new(&db)).with_lease_ttl_ms(50);
+    let (c, _) = consumers(script(), logged_tools(Path::new(&log)));
+    let _ = rt.start("crash me", Limits::default(), "{}", c).await;
+}
+
+fn crash_at(point: &str) -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("keel.db");
+    let log = dir.path().join("effects.log");
+    let status = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "crash_child",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("KEEL_CRASH_DB", &db)
+        .env("KEEL_CRASH_LOG", &log)
+        .env("KEEL_TEST_CRASH_AT", point)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(!status.success(), "the child was killed at {point}");
+    (dir, db, log)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_at_any_write_point_loses_nothing_and_repeats_no_side_effect() {
+    let points = [
+        "step.started@1",
+        "step.decided@1",
+        "step.executing@1",
+        "tool.ran",
+        "step.done@1",
+        "step.started@2",
+        "step.executing@2",
+        "step.done@2",
+        "step.executing@3",
+        "step.done@3",
+        "step.started@4",
+    ];
+    for point in points {
+        let (_dir, db, log) = crash_at(point);
+        let store = Store::open(&db, keel::Sync::Full).unwrap();
+        let run = store
+            .list_runs(None, 1)
+            .unwrap()
+            .pop()
+            .expect("the child created a run");
+        let before = store.load_steps(&run.id).unwrap();
+        drop(store);
+        std::thread::sleep(std::time::Duration::from_millis(60)); // the dead child's lease expires
+        let rt = runtime(&db).with_lease_ttl_ms(50);
+        let (c, _) = consumers(script(), logged_tools(&log));
+        let mut out = rt
+            .resume(&run.id, c)
+            .await
+            .unwrap_or_else(|e| panic!("{point}: {e}"));
+        if out.run.status == RunStatus::WaitingForApproval {
+            let a = out.pending.clone().unwrap();
+            assert_eq!(a.kind, ApprovalKind::InterruptedSideEffect, "{point}");
+            assert_eq!(a.call.tool, "write_a", "{point}");
+            assert!(
+                runs_of(&log, "write_a") <= 1,
+                "{point}: interrupted, and not run again without an operator"
+            );
+            let mut op = Store::open(&db, keel::Sync::Full).unwrap();
+            op.decide_approval(&a.id, false, "ops", Some("it already ran"), 1)
+                .unwrap();
+            let (c, _) = consumers(script(), logged_tools(&log));
+            out = rt.resume(&run.id, c).await.unwrap();
+        }
+        assert_eq!(
+            out.run.status,
+            RunStatus::Completed,
+            "{point}: {:?}",
+            out.run
+        );
+        assert!(
+            runs_of(&log, "write_a") <= 1,
+            "{point}: write_a ran {} times",
+            runs_of(&log, "write_a")
+        );
+        let after = Store::open_read_only(&db)
+            .unwrap()
+            .load_steps(&run.id)
+            .unwrap();
+        for s in before.iter().filter(|s| s.state == StepState::Done) {
+            assert_eq!(
+                Some(s),
+                after.get(s.index as usize),
+                "{point}: committed step {} changed",
+                s.index
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_from_another_process_stops_a_running_loop() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("keel.db");
+    let rt = runtime(&db);
+    let started = Arc::new(Mutex::new(false));
+    let s2 = started.clone();
+    let waiting: Arc<dyn ToolProvider> = Arc::new(keel::FnTool::new(
+        spec("wait", Effect::ReadOnly),
+        move |_| {
+            *s2.lock().unwrap() = true;
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            Ok(serde_json::json!({}))
+        },
+    ));
+    let many: Vec<Decision> = (0..50)
+        .map(|i| call("wait", &format!(r#"{{"n":{i}}}"#)))
+        .collect();
+    let (c, _) = consumers(many, vec![waiting]);
+    let handle = tokio::spawn(async move { rt.start("long", Limits::default(), "{}", c).await });
+    while !*started.lock().unwrap() {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let run_id = Store::open_read_only(&db)
+        .unwrap()
+        .list_runs(None, 1)
+        .unwrap()[0]
+        .id
+        .clone();
+    // The keel binary is another process: `keel cancel`.
+    let keel = env!("CARGO_BIN_EXE_keel");
+    let out = std::process::Command::new(keel)
+        .args([
+            "--store",
+            db.to_str().unwrap(),
+            "cancel",
+            &run_id,
+            "--by",
+            "ops",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let done = handle.await.unwrap().unwrap();
+    assert_eq!(done.run.status, RunStatus::Cancelled);
+    assert!(done.run.step_count < 50);
+}

@@ -1,0 +1,105 @@
+//! Every built plugin loads with wasmtime, targets the world it claims and
+//! imports nothing that world does not allow.
+
+mod common;
+
+use common::wasm::*;
+use keel::wasm::{inspect, World};
+
+const BUILT: &[(&str, World)] = &[
+    ("agent-scripted-rust.wasm", World::Agent),
+    ("agent-scripted-py.wasm", World::Agent),
+    ("agent-scripted-js.wasm", World::Agent),
+    ("agent-llm-rust.wasm", World::Agent),
+    ("hostile-agent-rust.wasm", World::Agent),
+    ("policy-rules-rust.wasm", World::Policy),
+    ("policy-rules-c.wasm", World::Policy),
+    ("policy-rules-py.wasm", World::Policy),
+    ("policy-rules-js.wasm", World::Policy),
+    ("tool-echo-rust.wasm", World::Tool),
+    ("tool-fs-rust.wasm", World::Tool),
+];
+
+#[test]
+fn every_plugin_targets_its_world_and_imports_only_what_it_allows() {
+    for (file, world) in BUILT {
+        let Some(p) = plugin(file, *world) else {
+            continue;
+        };
+        assert_eq!(p.world, *world);
+        for other in [World::Agent, World::Policy, World::Tool] {
+            if other != *world {
+                let path = plugin_path(file).unwrap();
+                let err = host()
+                    .load(&path, other, None)
+                    .err()
+                    .unwrap_or_else(|| panic!("{file} also loaded as {other}"));
+                assert!(
+                    err.to_string()
+                        .contains(&format!("does not fit the {other} world")),
+                    "{err}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_core_module_or_garbage_is_not_a_component() {
+    let h = host();
+    let core = wat::parse_str("(module)").unwrap();
+    let e = h
+        .load_bytes("core.wasm", &core, World::Agent, None)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("core wasm module"), "{e}");
+    let e = h
+        .load_bytes("junk.wasm", b"\0asm\x0d\0\x01\0garbage", World::Agent, None)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("not a WebAssembly component"), "{e}");
+}
+
+#[test]
+fn a_component_importing_outside_its_world_is_refused() {
+    let h = host();
+    let wat = r#"(component
+        (import "keel:plugin/model@0.1.0" (instance))
+        (import "evil:net/raw@1.0.0" (instance))
+    )"#;
+    let bytes = wat::parse_str(wat).unwrap();
+    let e = h
+        .load_bytes("evil.wasm", &bytes, World::Policy, None)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains("keel:plugin/model@0.1.0") && e.contains("does not provide"),
+        "{e}"
+    );
+    let e = h
+        .load_bytes("evil.wasm", &bytes, World::Agent, None)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("evil:net/raw"), "{e}");
+}
+
+#[test]
+fn a_pinned_hash_that_does_not_match_refuses_to_load() {
+    let Some(path) = plugin_path("tool-echo-rust.wasm") else {
+        return;
+    };
+    let e = host()
+        .load(&path, World::Tool, Some(&"0".repeat(64)))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("refusing to run it"), "{e}");
+    let bytes = std::fs::read(&path).unwrap();
+    let sha = keel::wasm::cache::sha256_hex(&bytes);
+    assert!(host().load(&path, World::Tool, Some(&sha)).is_ok());
+    let _ = inspect::world_exports(World::Tool);
+}
