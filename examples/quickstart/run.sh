@@ -16,7 +16,7 @@ echo "$out" | python3 -c 'import json,sys
 for line in sys.stdin:
     d = json.loads(line)
     if "event" in d:
-        e = d["event"]; print(f"  #{e[\"seq\"]} {e[\"kind\"]} {e[\"data\"][:110]}")'
+        e = d["event"]; print("  #%s %s %s" % (e["seq"], e["kind"], e["data"][:110]))'
 if [ $code -ne 3 ]; then echo "expected the run to pause (exit 3), got $code" >&2; exit 1; fi
 run=$(echo "$out" | tail -n 1 | python3 -c 'import json,sys; print(json.load(sys.stdin)["run"]["id"])')
 approval=$(echo "$out" | tail -n 1 | python3 -c 'import json,sys; print(json.load(sys.stdin)["pending"]["id"])')
