@@ -61,6 +61,7 @@ test: plugins check-bindings
 	KEEL_PLUGINS=$(CURDIR)/$(OUT) cargo test --workspace --exclude hostile-agent $(foreach p,$(RUST_PLUGINS),--exclude $(p)) --exclude xtask
 	cargo test -q -p keel-guest --all-features
 	$(foreach p,$(RUST_PLUGINS),cargo test -q -p $(p) &&) true
+	cargo run -q -p keel-embed-example -- $(OUT)
 
 quickstart: plugins
 	@cargo build -q -p keel
