@@ -212,3 +212,78 @@ async fn cancel_from_another_process_stops_a_running_loop() {
     assert_eq!(done.run.status, RunStatus::Cancelled);
     assert!(done.run.step_count < 50);
 }
+
+/// Runs in the lease-race children only.
+#[tokio::test]
+#[ignore]
+async fn lease_child() {
+    let Ok(db) = std::env::var("KEEL_LEASE_DB") else { return };
+    let log = std::path::PathBuf::from(std::env::var("KEEL_LEASE_LOG").unwrap());
+    let run_id = std::env::var("KEEL_LEASE_RUN").unwrap();
+    let me = std::process::id();
+    let tool: Arc<dyn ToolProvider> = Arc::new(keel::FnTool::new(spec("step", Effect::LocalMutation), move |args| {
+        let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&log).map_err(|e| e.to_string())?;
+        writeln!(f, "{me} {args}").map_err(|e| e.to_string())?;
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        Ok(serde_json::json!({}))
+    }));
+    let script: Vec<Decision> = (0..8).map(|i| call("step", &format!(r#"{{"n":{i}}}"#))).chain([Decision::Complete("1".into())]).collect();
+    let (c, _) = consumers(script, vec![tool]);
+    let rt = runtime(Path::new(&db));
+    match rt.resume(&run_id, c).await {
+        Ok(out) if out.run.status == RunStatus::Completed => std::process::exit(10),
+        Err(DriverError::Store(StoreError::Leased { .. })) => std::process::exit(11),
+        // The other process finished before this one started: also refused.
+        Err(DriverError::Terminal(..)) => std::process::exit(12),
+        other => panic!("unexpected: {other:?}"),
+    }
+}
+
+#[test]
+fn two_processes_racing_for_one_run_never_both_drive_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("keel.db");
+    let log = dir.path().join("steps.log");
+    let mut s = Store::open(&db, keel::Sync::Full).unwrap();
+    let run = Run {
+        id: "race".into(),
+        goal: "race".into(),
+        status: RunStatus::Running,
+        reason: None,
+        result: None,
+        limits: Limits::default(),
+        meta: "{}".into(),
+        step_count: 0,
+        model_calls: 0,
+        tokens: 0,
+        consecutive_failures: 0,
+        lease_owner: None,
+        lease_expires: None,
+        created_at: 0,
+        updated_at: 0,
+    };
+    s.create_run(&run, vec![]).unwrap();
+    drop(s);
+    let spawn = || {
+        std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "lease_child", "--ignored", "--test-threads=1"])
+            .env("KEEL_LEASE_DB", &db)
+            .env("KEEL_LEASE_LOG", &log)
+            .env("KEEL_LEASE_RUN", "race")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let (mut a, mut b) = (spawn(), spawn());
+    let mut codes = vec![a.wait().unwrap().code(), b.wait().unwrap().code()];
+    codes.sort();
+    assert!(
+        codes == vec![Some(10), Some(11)] || codes == vec![Some(10), Some(12)],
+        "one drove the run to completion, the other was refused: {codes:?}"
+    );
+    let lines = std::fs::read_to_string(&log).unwrap();
+    let pids: std::collections::BTreeSet<&str> = lines.lines().map(|l| l.split(' ').next().unwrap()).collect();
+    assert_eq!(pids.len(), 1, "every step ran in one process: {lines}");
+    assert_eq!(lines.lines().count(), 8, "each step ran once");
+}

@@ -419,3 +419,19 @@ async fn a_held_lease_refuses_a_second_driver_and_an_expired_one_is_taken_over()
         "the old owner lost it"
     );
 }
+
+#[tokio::test]
+async fn the_wall_clock_deadline_ends_a_run_even_inside_a_slow_tool() {
+    let (_d, db) = tmpdb();
+    let rt = runtime(&db);
+    let slow: Arc<dyn ToolProvider> = Arc::new(FnTool::new(spec("slow", Effect::ReadOnly), |_| {
+        std::thread::sleep(std::time::Duration::from_millis(150));
+        Ok(serde_json::json!({}))
+    }));
+    let calls: Vec<Decision> = (0..20).map(|i| call("slow", &format!(r#"{{"n":{i}}}"#))).collect();
+    let (c, _) = consumers(calls, vec![slow]);
+    let out = rt.start("x", Limits { deadline_ms: Some(400), ..Limits::default() }, "{}", c).await.unwrap();
+    assert_eq!(out.run.status, RunStatus::Failed);
+    assert_eq!(out.run.reason.as_deref(), Some("limit_deadline"), "{:?}", out.run.result);
+    assert!(out.run.step_count <= 4);
+}
