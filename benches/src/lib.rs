@@ -80,3 +80,102 @@ pub fn limits(n: u32) -> Limits {
         ..Limits::default()
     }
 }
+
+/// Where `make plugins` put the components.
+pub fn plugins_dir() -> std::path::PathBuf {
+    std::env::var_os("KEEL_PLUGINS")
+        .map(Into::into)
+        .unwrap_or_else(|| {
+            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/plugins")
+        })
+}
+
+/// A run row for views handed to plugins outside a loop.
+pub fn bench_run(step_count: u32) -> Run {
+    Run {
+        id: "bench".into(),
+        goal: "bench".into(),
+        status: RunStatus::Running,
+        reason: None,
+        result: None,
+        limits: Limits::default(),
+        meta: "{}".into(),
+        step_count,
+        model_calls: 0,
+        tokens: 0,
+        consecutive_failures: 0,
+        lease_owner: None,
+        lease_expires: None,
+        created_at: 0,
+        updated_at: 0,
+    }
+}
+
+/// A finished step of the echo scenario with an observation of `pad` bytes.
+pub fn done_step(i: u32, pad: usize) -> Step {
+    let content = if pad == 0 {
+        format!("{{\"i\":{i}}}")
+    } else {
+        serde_json::json!({ "echo": { "i": i }, "pad": "x".repeat(pad) }).to_string()
+    };
+    Step {
+        index: i,
+        version: 4,
+        state: StepState::Done,
+        decision: Some(Decision::Call(ToolCall {
+            tool: "echo".into(),
+            arguments: format!("{{\"i\":{i}}}"),
+        })),
+        call: Some(ToolCall {
+            tool: "echo".into(),
+            arguments: format!("{{\"i\":{i}}}"),
+        }),
+        effect: Some(Effect::ReadOnly),
+        verdict: Some(Verdict::Allow),
+        observation: Some(Observation {
+            kind: ObservationKind::ToolResult,
+            content,
+        }),
+        started_at: 0,
+        updated_at: 0,
+    }
+}
+
+/// Wasm consumers for the echo scenario: the Rust agent-scripted playing
+/// n−1 echo calls then complete, policy-rules allowing echo, and the native
+/// echo tool (the tool is the same for native and wasm runs, so the
+/// comparison isolates the agent and policy boundary).
+pub async fn wasm_consumers(
+    host: &keel::wasm::WasmHost,
+    agent: &keel::wasm::Plugin,
+    policy: &keel::wasm::Plugin,
+    n: u32,
+    pad: usize,
+) -> Consumers {
+    use keel::wasm::{PluginLimits, WasmAgent, WasmPolicy};
+    let mut tools = ToolSet::new();
+    let _ = tools.add(echo_tool(pad));
+    let script: Vec<serde_json::Value> = (0..n.saturating_sub(1))
+        .map(|i| serde_json::json!({ "call": { "tool": "echo", "arguments": { "i": i } } }))
+        .chain(std::iter::once(serde_json::json!({ "complete": true })))
+        .collect();
+    let config = serde_json::json!({ "script": script }).to_string();
+    let rules = r#"{"rules":[{"tool":"echo","action":"allow"}]}"#;
+    let sink = Arc::new(EventSink::default());
+    let gate = Arc::new(ModelGate::new(Arc::new(StubProvider::default())));
+    let a = WasmAgent::new(
+        host,
+        agent,
+        &config,
+        tools.specs(),
+        &PluginLimits::default(),
+        gate.clone(),
+        sink.clone(),
+    )
+    .await
+    .unwrap();
+    let p = WasmPolicy::new(host, policy, rules, &PluginLimits::default(), sink.clone())
+        .await
+        .unwrap();
+    Consumers::new(Box::new(a), Box::new(p), tools, gate, sink)
+}

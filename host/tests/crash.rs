@@ -217,17 +217,29 @@ async fn cancel_from_another_process_stops_a_running_loop() {
 #[tokio::test]
 #[ignore]
 async fn lease_child() {
-    let Ok(db) = std::env::var("KEEL_LEASE_DB") else { return };
+    let Ok(db) = std::env::var("KEEL_LEASE_DB") else {
+        return;
+    };
     let log = std::path::PathBuf::from(std::env::var("KEEL_LEASE_LOG").unwrap());
     let run_id = std::env::var("KEEL_LEASE_RUN").unwrap();
     let me = std::process::id();
-    let tool: Arc<dyn ToolProvider> = Arc::new(keel::FnTool::new(spec("step", Effect::LocalMutation), move |args| {
-        let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&log).map_err(|e| e.to_string())?;
-        writeln!(f, "{me} {args}").map_err(|e| e.to_string())?;
-        std::thread::sleep(std::time::Duration::from_millis(100));
-        Ok(serde_json::json!({}))
-    }));
-    let script: Vec<Decision> = (0..8).map(|i| call("step", &format!(r#"{{"n":{i}}}"#))).chain([Decision::Complete("1".into())]).collect();
+    let tool: Arc<dyn ToolProvider> = Arc::new(keel::FnTool::new(
+        spec("step", Effect::LocalMutation),
+        move |args| {
+            let mut f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&log)
+                .map_err(|e| e.to_string())?;
+            writeln!(f, "{me} {args}").map_err(|e| e.to_string())?;
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            Ok(serde_json::json!({}))
+        },
+    ));
+    let script: Vec<Decision> = (0..8)
+        .map(|i| call("step", &format!(r#"{{"n":{i}}}"#)))
+        .chain([Decision::Complete("1".into())])
+        .collect();
     let (c, _) = consumers(script, vec![tool]);
     let rt = runtime(Path::new(&db));
     match rt.resume(&run_id, c).await {
@@ -283,7 +295,10 @@ fn two_processes_racing_for_one_run_never_both_drive_it() {
         "one drove the run to completion, the other was refused: {codes:?}"
     );
     let lines = std::fs::read_to_string(&log).unwrap();
-    let pids: std::collections::BTreeSet<&str> = lines.lines().map(|l| l.split(' ').next().unwrap()).collect();
+    let pids: std::collections::BTreeSet<&str> = lines
+        .lines()
+        .map(|l| l.split(' ').next().unwrap())
+        .collect();
     assert_eq!(pids.len(), 1, "every step ran in one process: {lines}");
     assert_eq!(lines.lines().count(), 8, "each step ran once");
 }

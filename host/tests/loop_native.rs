@@ -428,10 +428,28 @@ async fn the_wall_clock_deadline_ends_a_run_even_inside_a_slow_tool() {
         std::thread::sleep(std::time::Duration::from_millis(150));
         Ok(serde_json::json!({}))
     }));
-    let calls: Vec<Decision> = (0..20).map(|i| call("slow", &format!(r#"{{"n":{i}}}"#))).collect();
+    let calls: Vec<Decision> = (0..20)
+        .map(|i| call("slow", &format!(r#"{{"n":{i}}}"#)))
+        .collect();
     let (c, _) = consumers(calls, vec![slow]);
-    let out = rt.start("x", Limits { deadline_ms: Some(400), ..Limits::default() }, "{}", c).await.unwrap();
+    let out = rt
+        .start(
+            "x",
+            Limits {
+                deadline_ms: Some(400),
+                ..Limits::default()
+            },
+            "{}",
+            c,
+        )
+        .await
+        .unwrap();
     assert_eq!(out.run.status, RunStatus::Failed);
-    assert_eq!(out.run.reason.as_deref(), Some("limit_deadline"), "{:?}", out.run.result);
+    assert_eq!(
+        out.run.reason.as_deref(),
+        Some("limit_deadline"),
+        "{:?}",
+        out.run.result
+    );
     assert!(out.run.step_count <= 4);
 }

@@ -17,7 +17,10 @@ fn a_corrupt_file_is_refused_and_left_untouched() {
     let e = Store::open(&p, keel::Sync::Full).err().unwrap();
     assert!(matches!(e, StoreError::Corrupt { .. }), "{e}");
     assert!(e.to_string().contains("not a SQLite database"), "{e}");
-    assert!(matches!(Store::open_read_only(&p).err().unwrap(), StoreError::Corrupt { .. }));
+    assert!(matches!(
+        Store::open_read_only(&p).err().unwrap(),
+        StoreError::Corrupt { .. }
+    ));
     assert_eq!(std::fs::read(&p).unwrap(), junk, "nothing was written");
 }
 
@@ -31,7 +34,13 @@ fn a_foreign_sqlite_database_is_refused() {
     let e = Store::open(&p, keel::Sync::Full).err().unwrap();
     assert!(matches!(e, StoreError::Foreign { .. }), "{e}");
     let c = rusqlite::Connection::open(&p).unwrap();
-    let tables: i64 = c.query_row("SELECT count(*) FROM sqlite_master WHERE type='table'", [], |r| r.get(0)).unwrap();
+    let tables: i64 = c
+        .query_row(
+            "SELECT count(*) FROM sqlite_master WHERE type='table'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
     assert_eq!(tables, 1, "no Keel tables were added");
 }
 
@@ -40,18 +49,27 @@ fn a_newer_schema_is_refused_by_writers_and_readers() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("keel.db");
     drop(Store::open(&p, keel::Sync::Full).unwrap());
-    rusqlite::Connection::open(&p).unwrap().pragma_update(None, "user_version", 99).unwrap();
+    rusqlite::Connection::open(&p)
+        .unwrap()
+        .pragma_update(None, "user_version", 99)
+        .unwrap();
     let e = Store::open(&p, keel::Sync::Full).err().unwrap();
     assert!(matches!(e, StoreError::TooNew { found: 99, .. }), "{e}");
     assert!(e.to_string().contains("upgrade keel"), "{e}");
-    assert!(matches!(Store::open_read_only(&p).err().unwrap(), StoreError::TooNew { .. }));
+    assert!(matches!(
+        Store::open_read_only(&p).err().unwrap(),
+        StoreError::TooNew { .. }
+    ));
 }
 
 #[test]
 fn the_read_only_open_never_creates_or_migrates() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("none.db");
-    assert!(matches!(Store::open_read_only(&p).err().unwrap(), StoreError::Uninitialised { .. }));
+    assert!(matches!(
+        Store::open_read_only(&p).err().unwrap(),
+        StoreError::Uninitialised { .. }
+    ));
     assert!(!p.exists());
     let mut s = Store::open(&p, keel::Sync::Full).unwrap();
     drop(s.connection());
@@ -60,7 +78,10 @@ fn the_read_only_open_never_creates_or_migrates() {
     s = Store::open(&p, keel::Sync::Full).unwrap();
     let _ = s.list_runs(None, 1);
     let mut ro = ro;
-    assert!(matches!(ro.cancel("x", "y", 0).err().unwrap(), StoreError::ReadOnly));
+    assert!(matches!(
+        ro.cancel("x", "y", 0).err().unwrap(),
+        StoreError::ReadOnly
+    ));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -69,7 +90,10 @@ async fn a_database_locked_by_another_writer_fails_cleanly() {
     let p = dir.path().join("keel.db");
     let rt = runtime(&p);
     let n = Arc::new(Mutex::new(0));
-    let (c, _) = consumers(vec![call("ask_w", "{}")], vec![counting_tool("ask_w", Effect::LocalMutation, n)]);
+    let (c, _) = consumers(
+        vec![call("ask_w", "{}")],
+        vec![counting_tool("ask_w", Effect::LocalMutation, n)],
+    );
     let out = rt.start("x", Limits::default(), "{}", c).await.unwrap();
     let a = out.pending.unwrap();
     // Another process holds the write lock for longer than the busy timeout.
@@ -77,12 +101,21 @@ async fn a_database_locked_by_another_writer_fails_cleanly() {
     holder.execute_batch("BEGIN EXCLUSIVE").unwrap();
     let mut op = Store::open(&p, keel::Sync::Full).unwrap();
     let started = std::time::Instant::now();
-    let e = op.decide_approval(&a.id, true, "ops", None, 1).err().unwrap();
+    let e = op
+        .decide_approval(&a.id, true, "ops", None, 1)
+        .err()
+        .unwrap();
     assert!(matches!(e, StoreError::Locked { .. }), "{e}");
     assert!(e.to_string().contains("locked by another writer"), "{e}");
-    assert!(started.elapsed() >= std::time::Duration::from_millis(keel::store::BUSY_TIMEOUT_MS - 100));
+    assert!(
+        started.elapsed() >= std::time::Duration::from_millis(keel::store::BUSY_TIMEOUT_MS - 100)
+    );
     holder.execute_batch("ROLLBACK").unwrap();
-    assert_eq!(op.approval(&a.id).unwrap().status, ApprovalStatus::Pending, "nothing was half-written");
+    assert_eq!(
+        op.approval(&a.id).unwrap().status,
+        ApprovalStatus::Pending,
+        "nothing was half-written"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -91,24 +124,57 @@ async fn a_full_disk_stops_the_loop_with_a_clear_error_and_no_partial_transition
     let p = dir.path().join("keel.db");
     let store = Store::open(&p, keel::Sync::Full).unwrap();
     // A size-limited file: SQLite refuses to grow it past this many pages.
-    let pages: i64 = store.connection().query_row("PRAGMA page_count", [], |r| r.get(0)).unwrap();
-    store.connection().query_row(&format!("PRAGMA max_page_count={}", pages + 40), [], |_| Ok(())).unwrap();
+    let pages: i64 = store
+        .connection()
+        .query_row("PRAGMA page_count", [], |r| r.get(0))
+        .unwrap();
+    store
+        .connection()
+        .query_row(&format!("PRAGMA max_page_count={}", pages + 40), [], |_| {
+            Ok(())
+        })
+        .unwrap();
     let rt = Runtime::new(StoreHandle::spawn(store));
     let big: Arc<dyn ToolProvider> = Arc::new(FnTool::new(spec("big", Effect::ReadOnly), |args| {
         Ok(serde_json::json!({ "pad": "y".repeat(20_000), "args": args }))
     }));
-    let calls: Vec<Decision> = (0..100).map(|i| call("big", &format!(r#"{{"n":{i}}}"#))).collect();
+    let calls: Vec<Decision> = (0..100)
+        .map(|i| call("big", &format!(r#"{{"n":{i}}}"#)))
+        .collect();
     let (c, _) = consumers(calls, vec![big]);
-    let e = rt.start("fill", Limits { max_steps: 200, ..Limits::default() }, "{}", c).await.err().expect("the disk fills up");
+    let e = rt
+        .start(
+            "fill",
+            Limits {
+                max_steps: 200,
+                ..Limits::default()
+            },
+            "{}",
+            c,
+        )
+        .await
+        .err()
+        .expect("the disk fills up");
     assert!(matches!(e, DriverError::Store(StoreError::DiskFull)), "{e}");
     assert!(e.to_string().contains("disk is full"), "{e}");
     let ro = Store::open_read_only(&p).unwrap();
     let run = ro.list_runs(None, 1).unwrap().pop().unwrap();
     let steps = ro.load_steps(&run.id).unwrap();
-    assert_eq!(run.step_count as usize, steps.len(), "the run row and its steps agree");
+    assert_eq!(
+        run.step_count as usize,
+        steps.len(),
+        "the run row and its steps agree"
+    );
     let events = ro.events_after(Some(&run.id), 0, 100_000).unwrap();
     for s in &steps {
-        let done = events.iter().any(|e| e.kind == "step.done" && e.step_index == Some(s.index));
-        assert_eq!(done, s.state == StepState::Done, "step {} and its events agree", s.index);
+        let done = events
+            .iter()
+            .any(|e| e.kind == "step.done" && e.step_index == Some(s.index));
+        assert_eq!(
+            done,
+            s.state == StepState::Done,
+            "step {} and its events agree",
+            s.index
+        );
     }
 }

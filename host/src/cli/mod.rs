@@ -64,6 +64,7 @@ pub enum Command {
     /// recover a step interrupted by a crash, or continue.
     #[command(after_help = EXIT_CODES)]
     Resume {
+        /// The run to drive on.
         run_id: String,
         /// The config to rebuild the consumers from (default: the one the run started with).
         #[arg(long, short)]
@@ -83,12 +84,14 @@ pub enum Command {
     },
     /// Show one run: its status, steps and approvals.
     Show {
+        /// The run to show.
         run_id: String,
         #[arg(long)]
         json: bool,
     },
     /// Print a run's events (or every run's), optionally following new ones.
     Events {
+        /// Only this run's events (default: every run's).
         run_id: Option<String>,
         /// Only events after this sequence number.
         #[arg(long, default_value_t = 0)]
@@ -103,25 +106,30 @@ pub enum Command {
     /// The run stays paused until `keel resume` executes exactly the approved call.
     #[command(after_help = EXIT_CODES)]
     Approve {
+        /// The approval's id (`appr_…`), or the id of the run that waits for it.
         id: String,
         /// Who approves (recorded with the approval).
         #[arg(long, default_value_t = whoami())]
         by: String,
+        /// Why, in a few words (recorded with the approval and shown to the agent on denial).
         #[arg(long)]
         note: Option<String>,
     },
     /// Deny a pending approval. Final: the agent sees the denial on resume.
     #[command(after_help = EXIT_CODES)]
     Deny {
+        /// The approval's id (`appr_…`), or the id of the run that waits for it.
         id: String,
         #[arg(long, default_value_t = whoami())]
         by: String,
+        /// Why, in a few words (the agent sees it on resume).
         #[arg(long)]
         note: Option<String>,
     },
     /// Cancel a run from any process; a live loop stops at its next write.
     #[command(after_help = EXIT_CODES)]
     Cancel {
+        /// The run to cancel.
         run_id: String,
         #[arg(long, default_value_t = whoami())]
         by: String,

@@ -48,10 +48,10 @@ fn language(bytes: &[u8]) -> &'static str {
         "python"
     } else if has(b"StarlingMonkey") || has(b"componentize-js") || has(b"spidermonkey") {
         "javascript"
-    } else if has(b"wit-bindgen-c") || has(b"clang") && !has(b"rustc") {
-        "c"
     } else if has(b"rustc") {
         "rust"
+    } else if has(b"wit-bindgen-c") || has(b"clang") {
+        "c"
     } else {
         "unknown"
     }

@@ -177,7 +177,7 @@ pub enum DirMode {
 /// A config that cannot be used, with where and why.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("{path}: {source}")]
+    #[error("{path}: cannot read the config")]
     Read {
         path: String,
         source: std::io::Error,

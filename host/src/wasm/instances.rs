@@ -1,6 +1,6 @@
 //! Live plugin instances behind the loop's consumer traits.
 
-use super::bindings::{agent, policy, tool};
+use super::bindings::{agent, policy, tool, wit};
 use super::limits::{classify, PluginLimits};
 use super::{convert, delta::DeltaTracker, HostState, Plugin, PluginPre, WasmHost};
 use crate::consumer::{
@@ -143,6 +143,15 @@ impl WasmAgent {
     }
 }
 
+impl WasmAgent {
+    /// Makes the next call hand over the whole view again, as to a new
+    /// instance (benchmarks compare this with a one-step delta).
+    #[doc(hidden)]
+    pub fn forget_view(&mut self) {
+        self.tracker.invalidate();
+    }
+}
+
 #[async_trait]
 impl Agent for WasmAgent {
     async fn decide(&mut self, view: RunView<'_>) -> Result<Decision, ConsumerError> {
@@ -219,6 +228,42 @@ impl WasmPolicy {
             tracker: DeltaTracker::default(),
             dead: None,
         })
+    }
+}
+
+impl WasmPolicy {
+    /// The arguments of a raw `evaluate` (benchmarks).
+    #[doc(hidden)]
+    pub fn raw_parts(
+        &mut self,
+        call: &ToolCall,
+        effect: Effect,
+        view: RunView<'_>,
+    ) -> (wit::ToolCall, wit::Effect, wit::ViewDelta) {
+        (
+            convert::call_out(call),
+            convert::effect_out(effect),
+            self.tracker.delta(view),
+        )
+    }
+
+    /// Calls the export through the typed bindings alone: no budgets armed,
+    /// no conversion, no checks. Only for measuring what Keel adds.
+    #[doc(hidden)]
+    pub async fn evaluate_raw(
+        &mut self,
+        call: &wit::ToolCall,
+        effect: wit::Effect,
+        delta: &wit::ViewDelta,
+    ) -> wasmtime::Result<Result<wit::Verdict, String>> {
+        if self.store.get_fuel().unwrap_or(0) < 1 << 40 {
+            self.store.set_fuel(u64::MAX / 2)?;
+            self.store.data_mut().deadline =
+                Instant::now() + std::time::Duration::from_secs(1 << 30);
+        }
+        self.bindings
+            .call_evaluate(&mut self.store, call, effect, delta)
+            .await
     }
 }
 

@@ -57,7 +57,7 @@ impl std::fmt::Display for World {
 /// Why a plugin cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum PluginError {
-    #[error("{path}: {source}")]
+    #[error("{path}: cannot read the component")]
     Io {
         path: String,
         source: std::io::Error,

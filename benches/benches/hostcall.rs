@@ -1,0 +1,181 @@
+//! The cost of crossing the wasm boundary, measured side by side:
+//!
+//! * `evaluate/keel`: a policy call through Keel (fuel and deadline armed,
+//!   delta computed, result converted and size-checked) against
+//!   `evaluate/raw`: the same export of the same component called directly
+//!   through wasmtime's typed bindings, with nothing armed.
+//! * `noop/raw-typed`: a raw typed call of an empty export (a floor).
+//! * `decide`: one-step delta against the full view, 400 steps, small and ~8 KiB.
+//! * `instantiate`: a policy instance from its `InstancePre`, with `init`.
+//!
+//!     cargo bench -p keel-benches --bench hostcall
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use keel::consumer::{EventSink, RunView};
+use keel::model::{ModelGate, StubProvider};
+use keel::wasm::{EngineOptions, PluginLimits, WasmAgent, WasmHost, WasmPolicy, World};
+use keel::*;
+use keel_benches::*;
+use std::sync::Arc;
+
+fn bench_hostcall(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let dir = plugins_dir();
+    let host = WasmHost::new(EngineOptions::default()).unwrap();
+    let policy = host
+        .load(&dir.join("policy-rules-rust.wasm"), World::Policy, None)
+        .unwrap();
+    let agent = host
+        .load(&dir.join("agent-scripted-rust.wasm"), World::Agent, None)
+        .unwrap();
+    let rules = r#"{"rules":[{"tool":"echo","action":"allow"}]}"#;
+    let run = bench_run(1);
+    let call = ToolCall {
+        tool: "echo".into(),
+        arguments: r#"{"i":1}"#.into(),
+    };
+
+    let mut g = c.benchmark_group("hostcall");
+    // Keel's path.
+    let mut p = rt
+        .block_on(WasmPolicy::new(
+            &host,
+            &policy,
+            rules,
+            &PluginLimits::default(),
+            Arc::new(EventSink::default()),
+        ))
+        .unwrap();
+    g.bench_function("evaluate/keel", |b| {
+        b.iter(|| {
+            rt.block_on(p.evaluate(
+                &call,
+                Effect::ReadOnly,
+                RunView {
+                    run: &run,
+                    steps: &[],
+                    approvals: &[],
+                },
+            ))
+            .unwrap()
+        })
+    });
+    // The same export of the same instance, called through the typed
+    // bindings directly: no fuel or deadline arming, no delta, no conversion.
+    let (wcall, weffect, wdelta) = p.raw_parts(
+        &call,
+        Effect::ReadOnly,
+        RunView {
+            run: &run,
+            steps: &[],
+            approvals: &[],
+        },
+    );
+    g.bench_function("evaluate/raw", |b| {
+        b.iter(|| {
+            rt.block_on(p.evaluate_raw(&wcall, weffect, &wdelta))
+                .unwrap()
+        })
+    });
+    g.finish();
+
+    // A raw typed call of an empty export: the floor of any call.
+    let mut g = c.benchmark_group("hostcall");
+    {
+        let engine = wasmtime::Engine::default();
+        let wat = r#"(component
+            (core module $m (func (export "noop")))
+            (core instance $i (instantiate $m))
+            (func (export "noop") (canon lift (core func $i "noop"))))"#;
+        let component = wasmtime::component::Component::new(&engine, wat).unwrap();
+        let linker = wasmtime::component::Linker::<()>::new(&engine);
+        let mut store = wasmtime::Store::new(&engine, ());
+        let instance = rt
+            .block_on(linker.instantiate_async(&mut store, &component))
+            .unwrap();
+        let f = instance
+            .get_typed_func::<(), ()>(&mut store, "noop")
+            .unwrap();
+        g.bench_function("noop/raw-typed", |b| {
+            b.iter(|| rt.block_on(f.call_async(&mut store, ())).unwrap())
+        });
+    }
+
+    // decide: one-step delta against the full view.
+    for (label, pad) in [("small", 0usize), ("8KiB", 8 << 10)] {
+        let steps: Vec<Step> = (0..400).map(|i| done_step(i, pad)).collect();
+        let script = serde_json::json!({ "script": (0..500).map(|i| serde_json::json!({ "call": { "tool": "echo", "arguments": { "i": i } } })).collect::<Vec<_>>() });
+        let gate = Arc::new(ModelGate::new(Arc::new(StubProvider::default())));
+        let mut a = rt
+            .block_on(WasmAgent::new(
+                &host,
+                &agent,
+                &script.to_string(),
+                &[],
+                &PluginLimits::default(),
+                gate,
+                Arc::new(EventSink::default()),
+            ))
+            .unwrap();
+        let run = bench_run(401);
+        // Hand over 399 steps, then time handing the 400th again and again
+        // (the tracker sees a new version each time, so it is re-sent).
+        rt.block_on(a.decide(RunView {
+            run: &run,
+            steps: &steps[..399],
+            approvals: &[],
+        }))
+        .unwrap();
+        let mut last = steps[399].clone();
+        let mut all = steps.clone();
+        g.bench_function(
+            BenchmarkId::new(format!("decide/one-step-delta/{label}"), 400),
+            |b| {
+                b.iter(|| {
+                    last.version += 1;
+                    all[399] = last.clone();
+                    rt.block_on(a.decide(RunView {
+                        run: &run,
+                        steps: &all,
+                        approvals: &[],
+                    }))
+                    .unwrap()
+                })
+            },
+        );
+        g.bench_function(
+            BenchmarkId::new(format!("decide/full-view/{label}"), 400),
+            |b| {
+                b.iter(|| {
+                    a.forget_view();
+                    rt.block_on(a.decide(RunView {
+                        run: &run,
+                        steps: &steps,
+                        approvals: &[],
+                    }))
+                    .unwrap()
+                })
+            },
+        );
+    }
+
+    g.bench_function("instantiate/policy-with-init", |b| {
+        b.iter(|| {
+            rt.block_on(WasmPolicy::new(
+                &host,
+                &policy,
+                rules,
+                &PluginLimits::default(),
+                Arc::new(EventSink::default()),
+            ))
+            .unwrap()
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench_hostcall);
+criterion_main!(benches);

@@ -1,0 +1,234 @@
+//! The `keel` binary on bad input: a clear message, the documented exit
+//! code, and the store untouched.
+
+mod common;
+
+use common::wasm::plugin_path;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn keel(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_keel"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// A config like the quickstart's, in `dir`, with `agent` as the agent.
+fn config(dir: &Path, agent: &Path) -> Option<PathBuf> {
+    let policy = plugin_path("policy-rules-rust.wasm")?;
+    let fs = plugin_path("tool-fs-rust.wasm")?;
+    let cfg = format!(
+        r#"store = "keel.db"
+[engine]
+cache_dir = "{cache}"
+[agent]
+component = "{agent}"
+config = {{ script = [ {{ call = {{ tool = "fs_write", arguments = {{ path = "a.txt", content = "x" }} }} }}, {{ complete = 1 }} ] }}
+[policy]
+component = "{policy}"
+config = {{ rules = [ {{ effect = "local-mutation", action = "require-approval" }} ] }}
+[[tools]]
+component = "{fs}"
+grant = {{ dirs = [{{ host = "work", guest = "/workspace", mode = "rw" }}] }}
+"#,
+        cache = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../target/keel-test-cache")
+            .display(),
+        agent = agent.display(),
+        policy = policy.display(),
+        fs = fs.display(),
+    );
+    let p = dir.join("keel.toml");
+    std::fs::write(&p, cfg).unwrap();
+    Some(p)
+}
+
+#[test]
+fn a_missing_or_invalid_config_is_a_usage_error_that_says_where() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = keel(&["run", "--config", "/no/such/keel.toml", "--goal", "x"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("/no/such/keel.toml: cannot read the config"),
+        "{}",
+        text(&o)
+    );
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(
+        &bad,
+        "[agent]\ncomponent = \"a.wasm\"\ncolour = 3\n[policy]\ncomponent = \"p.wasm\"\n",
+    )
+    .unwrap();
+    let o = keel(&["run", "--config", bad.to_str().unwrap(), "--goal", "x"]);
+    assert_eq!(o.status.code(), Some(2));
+    let t = text(&o);
+    assert!(
+        t.contains("bad.toml") && t.contains("line 3") && t.contains("colour"),
+        "{t}"
+    );
+    assert!(!dir.path().join("keel.db").exists(), "no store was created");
+}
+
+#[test]
+fn a_wrong_world_or_corrupt_component_is_refused_before_any_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(policy) = plugin_path("policy-rules-rust.wasm") else {
+        return;
+    };
+    let cfg = config(dir.path(), &policy).unwrap();
+    let o = keel(&["run", "--config", cfg.to_str().unwrap(), "--goal", "x"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("does not fit the agent world"),
+        "{}",
+        text(&o)
+    );
+    let junk = dir.path().join("junk.wasm");
+    std::fs::write(&junk, b"\0asmgarbage").unwrap();
+    let cfg = config(dir.path(), &junk).unwrap();
+    let o = keel(&["run", "--config", cfg.to_str().unwrap(), "--goal", "x"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        text(&o).contains("not a WebAssembly component"),
+        "{}",
+        text(&o)
+    );
+    assert!(!dir.path().join("keel.db").exists(), "no store was created");
+    let o = keel(&[
+        "plugin",
+        "check",
+        policy.to_str().unwrap(),
+        "--world",
+        "agent",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    let o = keel(&[
+        "plugin",
+        "check",
+        policy.to_str().unwrap(),
+        "--world",
+        "policy",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let o = keel(&["plugin", "inspect", policy.to_str().unwrap(), "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["world"], "policy");
+    assert_eq!(v["language"], "rust");
+}
+
+#[test]
+fn operator_commands_refuse_what_does_not_apply_and_leave_the_store_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(agent) = plugin_path("agent-scripted-rust.wasm") else {
+        return;
+    };
+    let cfg = config(dir.path(), &agent).unwrap();
+    let db = dir.path().join("keel.db");
+    let store = db.to_str().unwrap();
+    let o = keel(&[
+        "run",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--goal",
+        "x",
+        "--json",
+    ]);
+    assert_eq!(o.status.code(), Some(3), "paused: {}", text(&o));
+    let last: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&o.stdout).lines().last().unwrap()).unwrap();
+    let run = last["run"]["id"].as_str().unwrap().to_string();
+    let appr = last["pending"]["id"].as_str().unwrap().to_string();
+
+    let o = keel(&["--store", store, "approve", "appr_nope"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let o = keel(&[
+        "--store", store, "deny", &run, "--by", "ops", "--note", "no",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "deny by run id: {}", text(&o));
+    let o = keel(&["--store", store, "approve", &appr]);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "not pending any more: {}",
+        text(&o)
+    );
+    assert!(text(&o).contains("not pending"), "{}", text(&o));
+    let o = keel(&["--store", store, "resume", &run]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "the agent goes on after the denial: {}",
+        text(&o)
+    );
+    let before = std::fs::read(&db).unwrap();
+    let o = keel(&["--store", store, "cancel", &run]);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "a completed run cannot be cancelled: {}",
+        text(&o)
+    );
+    let o = keel(&["--store", store, "resume", &run]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let o = keel(&["--store", store, "show", &run, "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["run"]["status"], "completed");
+    assert_eq!(v["approvals"][0]["status"], "denied");
+    assert_eq!(
+        std::fs::read(&db).unwrap(),
+        before,
+        "refused commands wrote nothing"
+    );
+    assert!(
+        !dir.path().join("work/a.txt").exists(),
+        "the denied write never ran"
+    );
+    let o = keel(&["--store", store, "events", &run, "--json"]);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("approval.denied"));
+}
+
+#[test]
+fn a_locked_store_is_refused_with_exit_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("keel.db");
+    drop(keel::Store::open(&db, keel::Sync::Full).unwrap());
+    let mut s = keel::Store::open(&db, keel::Sync::Full).unwrap();
+    let run = keel::Run {
+        id: "r".into(),
+        goal: "g".into(),
+        status: keel::RunStatus::Running,
+        reason: None,
+        result: None,
+        limits: Default::default(),
+        meta: "{}".into(),
+        step_count: 0,
+        model_calls: 0,
+        tokens: 0,
+        consecutive_failures: 0,
+        lease_owner: None,
+        lease_expires: None,
+        created_at: 0,
+        updated_at: 0,
+    };
+    s.create_run(&run, vec![]).unwrap();
+    let holder = rusqlite::Connection::open(&db).unwrap();
+    holder.execute_batch("BEGIN EXCLUSIVE").unwrap();
+    let o = keel(&["--store", db.to_str().unwrap(), "cancel", "r"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains("locked by another writer"),
+        "{}",
+        text(&o)
+    );
+    holder.execute_batch("ROLLBACK").unwrap();
+    assert_eq!(s.run("r").unwrap().status, keel::RunStatus::Running);
+}
