@@ -5,7 +5,9 @@
 use super::{Config, DirMode, ModelConfig};
 use crate::consumer::EventSink;
 use crate::driver::Consumers;
-use crate::model::{ModelGate, ModelProvider, StubProvider};
+use crate::model::{
+    ModelGate, ModelProvider, OpenAiProvider, OpenAiSettings, ReplayProvider, StubProvider,
+};
 use crate::tools::ToolSet;
 use crate::wasm::{
     EngineOptions, Plugin, ToolCaps, WasmAgent, WasmHost, WasmPolicy, WasmTools, World,
@@ -60,25 +62,7 @@ pub fn assemble(config: &Config) -> anyhow::Result<Assembly> {
             &t.sha256,
         )?);
     }
-    let provider: Arc<dyn ModelProvider> = match &config.model {
-        ModelConfig::Stub { latency_ms, answer } => Arc::new(StubProvider {
-            latency: Duration::from_millis(*latency_ms),
-            answer: answer.clone(),
-            ..StubProvider::default()
-        }),
-        ModelConfig::Openai { .. } => {
-            return Err(anyhow!(
-                "{}: the openai provider is not available in this build",
-                config.path.display()
-            ))
-        }
-        ModelConfig::Replay { .. } => {
-            return Err(anyhow!(
-                "{}: the replay provider is not available in this build",
-                config.path.display()
-            ))
-        }
-    };
+    let provider = provider(config, &config.model)?;
     Ok(Assembly {
         host,
         agent,
@@ -156,4 +140,52 @@ impl Assembly {
             sink,
         ))
     }
+}
+
+/// The model provider a `[model]` table describes.
+fn provider(config: &Config, m: &ModelConfig) -> anyhow::Result<Arc<dyn ModelProvider>> {
+    Ok(match m {
+        ModelConfig::Stub { latency_ms, answer } => Arc::new(StubProvider {
+            latency: Duration::from_millis(*latency_ms),
+            answer: answer.clone(),
+            ..StubProvider::default()
+        }),
+        ModelConfig::Openai {
+            base_url,
+            model,
+            api_key_env,
+            timeout_ms,
+            max_retries,
+            max_response_bytes,
+        } => {
+            let api_key = match api_key_env {
+                None => None,
+                Some(var) => Some(std::env::var(var).map_err(|_| {
+                    anyhow!(
+                        "{}: model.api_key_env names {var}, which is not set in the environment",
+                        config.path.display()
+                    )
+                })?),
+            };
+            Arc::new(OpenAiProvider::new(OpenAiSettings {
+                base_url: base_url.clone(),
+                model: model.clone(),
+                api_key,
+                timeout: Duration::from_millis(*timeout_ms),
+                max_retries: *max_retries,
+                max_response_bytes: *max_response_bytes,
+            }))
+        }
+        ModelConfig::Replay { file, record } => {
+            let file = config.resolve(file);
+            match record {
+                Some(upstream) => {
+                    Arc::new(ReplayProvider::recording(provider(config, upstream)?, file))
+                }
+                None => {
+                    Arc::new(ReplayProvider::replay(&file).map_err(|e| anyhow!("model.file: {e}"))?)
+                }
+            }
+        }
+    })
 }

@@ -83,7 +83,13 @@ pub enum ModelConfig {
         max_response_bytes: usize,
     },
     /// Recorded responses keyed by canonical request, replayed in order.
-    Replay { file: PathBuf },
+    ///
+    /// With `record` (an `openai` or `stub` table), calls go there instead
+    /// and every exchange is appended to `file`.
+    Replay {
+        file: PathBuf,
+        record: Option<Box<ModelConfig>>,
+    },
 }
 
 fn default_answer() -> String {
@@ -291,5 +297,19 @@ grant = { dirs = [{ host = "w", guest = "/workspace", mode = "rw" }] }
             .unwrap_err()
             .to_string()
             .contains("must be absolute"));
+    }
+}
+
+#[cfg(test)]
+mod example_tests {
+    use super::*;
+
+    #[test]
+    fn the_example_configs_parse() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        for f in ["examples/quickstart/keel.toml", "examples/llm/keel.toml"] {
+            let c = Config::load(&root.join(f)).unwrap_or_else(|e| panic!("{e}"));
+            assert!(c.tools.len() == 1, "{f}");
+        }
     }
 }

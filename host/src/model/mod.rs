@@ -5,11 +5,15 @@
 //! enforces the run's call and token limits and records each call so that it
 //! is stored with the run's next transition.
 
+pub mod openai;
+pub mod replay;
 mod stub;
 
 pub use keel_guest::{
     FinishReason, Message, ModelError, ModelRequest, ModelResponse, ModelToolCall, Role,
 };
+pub use openai::{OpenAiProvider, OpenAiSettings};
+pub use replay::ReplayProvider;
 pub use stub::StubProvider;
 
 use crate::store::ModelCallRecord;
@@ -22,6 +26,11 @@ use std::time::Instant;
 pub trait ModelProvider: Send + Sync {
     /// Short name stored with each call (`stub`, `openai`, `replay`).
     fn name(&self) -> &str;
+    /// How often the gate retries a transient error (each attempt is
+    /// counted and charged as a call).
+    fn max_retries(&self) -> u32 {
+        0
+    }
     async fn complete(&self, request: &ModelRequest) -> Result<ModelResponse, ModelError>;
 }
 
@@ -78,7 +87,24 @@ impl ModelGate {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// One completion, retried on transient errors as the provider allows;
+    /// every attempt counts against the run's limits and is recorded.
     pub async fn complete(&self, request: &ModelRequest) -> Result<ModelResponse, ModelError> {
+        let mut attempt = 0;
+        loop {
+            match self.attempt(request).await {
+                Err(ModelError::Transient(e)) if attempt < self.provider.max_retries() => {
+                    attempt += 1;
+                    tracing::warn!("model call failed ({e}); retry {attempt}");
+                    tokio::time::sleep(std::time::Duration::from_millis(100 << attempt.min(6)))
+                        .await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn attempt(&self, request: &ModelRequest) -> Result<ModelResponse, ModelError> {
         {
             let mut s = self.lock();
             let refused = if s.calls >= s.max_calls {

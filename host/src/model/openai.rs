@@ -1,0 +1,281 @@
+//! An OpenAI-compatible chat-completions client: llama.cpp's server,
+//! Ollama, vLLM and hosted APIs. Request timeouts, transient versus permanent
+//! errors (the gate retries transient ones and charges every attempt), token
+//! usage, and a bounded response size.
+
+use super::*;
+use serde_json::{json, Value};
+use std::time::Duration;
+
+/// Settings of an [`OpenAiProvider`].
+#[derive(Debug, Clone)]
+pub struct OpenAiSettings {
+    /// Up to and including `/v1`, e.g. `http://127.0.0.1:8080/v1`.
+    pub base_url: String,
+    pub model: String,
+    /// The API key, read from the environment by the caller (never stored).
+    pub api_key: Option<String>,
+    pub timeout: Duration,
+    pub max_retries: u32,
+    pub max_response_bytes: usize,
+}
+
+pub struct OpenAiProvider {
+    settings: OpenAiSettings,
+    agent: ureq::Agent,
+}
+
+impl OpenAiProvider {
+    pub fn new(settings: OpenAiSettings) -> OpenAiProvider {
+        let agent = ureq::Agent::config_builder()
+            .timeout_global(Some(settings.timeout))
+            .http_status_as_error(false)
+            .build()
+            .into();
+        OpenAiProvider { settings, agent }
+    }
+}
+
+#[async_trait]
+impl ModelProvider for OpenAiProvider {
+    fn name(&self) -> &str {
+        "openai"
+    }
+
+    fn max_retries(&self) -> u32 {
+        self.settings.max_retries
+    }
+
+    async fn complete(&self, request: &ModelRequest) -> Result<ModelResponse, ModelError> {
+        let body = request_json(request, Some(&self.settings.model));
+        let url = format!(
+            "{}/chat/completions",
+            self.settings.base_url.trim_end_matches('/')
+        );
+        let (agent, key, max) = (
+            self.agent.clone(),
+            self.settings.api_key.clone(),
+            self.settings.max_response_bytes,
+        );
+        let text = tokio::task::spawn_blocking(move || -> Result<String, ModelError> {
+            let mut req = agent.post(&url).header("content-type", "application/json");
+            if let Some(k) = &key {
+                req = req.header("authorization", &format!("Bearer {k}"));
+            }
+            let mut resp = req.send(body.to_string()).map_err(|e| match e {
+                ureq::Error::Timeout(_) => {
+                    ModelError::Transient("the model server did not answer in time".into())
+                }
+                ureq::Error::Io(e) => {
+                    ModelError::Transient(format!("cannot reach the model server: {e}"))
+                }
+                ureq::Error::ConnectionFailed | ureq::Error::HostNotFound => {
+                    ModelError::Transient(format!("cannot reach the model server: {e}"))
+                }
+                other => ModelError::Permanent(format!("model request failed: {other}")),
+            })?;
+            let status = resp.status().as_u16();
+            let text = resp
+                .body_mut()
+                .with_config()
+                .limit(max as u64)
+                .read_to_string()
+                .map_err(|e| match e {
+                    ureq::Error::BodyExceedsLimit(_) => ModelError::Permanent(format!(
+                        "the model's response is larger than {max} bytes"
+                    )),
+                    ureq::Error::Timeout(_) => {
+                        ModelError::Transient("the model server stalled while answering".into())
+                    }
+                    other => {
+                        ModelError::Transient(format!("reading the model's response: {other}"))
+                    }
+                })?;
+            match status {
+                200..=299 => Ok(text),
+                408 | 409 | 425 | 429 | 500..=599 => Err(ModelError::Transient(format!(
+                    "the model server answered {status}: {}",
+                    snippet(&text)
+                ))),
+                400 | 404 | 413 | 422 => Err(ModelError::InvalidRequest(format!(
+                    "the model server answered {status}: {}",
+                    snippet(&text)
+                ))),
+                _ => Err(ModelError::Permanent(format!(
+                    "the model server answered {status}: {}",
+                    snippet(&text)
+                ))),
+            }
+        })
+        .await
+        .map_err(|e| ModelError::Permanent(format!("model client task failed: {e}")))??;
+        let v: Value = serde_json::from_str(&text).map_err(|e| {
+            ModelError::Permanent(format!(
+                "the model server sent something that is not JSON ({e}): {}",
+                snippet(&text)
+            ))
+        })?;
+        response_from_json(&v)
+    }
+}
+
+fn snippet(text: &str) -> String {
+    keel_guest::render::cap(text.trim(), 200)
+}
+
+fn role_name(r: Role) -> &'static str {
+    match r {
+        Role::System => "system",
+        Role::User => "user",
+        Role::Assistant => "assistant",
+        Role::Tool => "tool",
+    }
+}
+
+/// The chat-completions request body. Without `model`, the canonical form
+/// the replay provider keys on.
+pub fn request_json(r: &ModelRequest, model: Option<&str>) -> Value {
+    let messages: Vec<Value> = r
+        .messages
+        .iter()
+        .map(|m| {
+            let mut o = json!({ "role": role_name(m.role), "content": m.content });
+            if !m.tool_calls.is_empty() {
+                o["tool_calls"] = m
+                    .tool_calls
+                    .iter()
+                    .map(|c| json!({ "id": c.id, "type": "function", "function": { "name": c.name, "arguments": c.arguments } }))
+                    .collect();
+            }
+            if let Some(id) = &m.tool_call_id {
+                o["tool_call_id"] = json!(id);
+            }
+            o
+        })
+        .collect();
+    let mut body = json!({ "messages": messages });
+    if let Some(m) = model {
+        body["model"] = json!(m);
+    }
+    if !r.tools.is_empty() {
+        body["tools"] = r
+            .tools
+            .iter()
+            .map(|t| {
+                let params: Value = serde_json::from_str(&t.parameters).unwrap_or(json!({ "type": "object" }));
+                json!({ "type": "function", "function": { "name": t.name, "description": t.description, "parameters": params } })
+            })
+            .collect();
+    }
+    if let Some(n) = r.max_tokens {
+        body["max_tokens"] = json!(n);
+    }
+    if let Some(t) = r.temperature {
+        body["temperature"] = json!(t);
+    }
+    body
+}
+
+/// Reads a chat-completions response; anything malformed is a permanent error.
+pub fn response_from_json(v: &Value) -> Result<ModelResponse, ModelError> {
+    let bad = |what: &str| ModelError::Permanent(format!("malformed model response: {what}"));
+    if let Some(err) = v.get("error") {
+        return Err(ModelError::Permanent(format!(
+            "the model server reported an error: {}",
+            snippet(&err.to_string())
+        )));
+    }
+    let choice = v
+        .get("choices")
+        .and_then(|c| c.get(0))
+        .ok_or_else(|| bad("no choices"))?;
+    let msg = choice.get("message").ok_or_else(|| bad("no message"))?;
+    let mut content = msg
+        .get("content")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let refusal = msg.get("refusal").and_then(Value::as_str);
+    let mut tool_calls = vec![];
+    if let Some(calls) = msg.get("tool_calls") {
+        for c in calls
+            .as_array()
+            .ok_or_else(|| bad("tool_calls is not a list"))?
+        {
+            let f = c
+                .get("function")
+                .ok_or_else(|| bad("a tool call without a function"))?;
+            // Some servers send arguments as an object instead of a string.
+            let arguments = match f.get("arguments") {
+                Some(Value::String(s)) => s.clone(),
+                Some(other) => other.to_string(),
+                None => String::new(),
+            };
+            tool_calls.push(ModelToolCall {
+                id: c
+                    .get("id")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string(),
+                name: f
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string(),
+                arguments,
+            });
+        }
+    }
+    let mut finish_reason = match choice.get("finish_reason").and_then(Value::as_str) {
+        Some("stop") | None => FinishReason::Stop,
+        Some("tool_calls") | Some("function_call") => FinishReason::ToolCalls,
+        Some("length") => FinishReason::Length,
+        Some("content_filter") => FinishReason::ContentFilter,
+        Some(_) => FinishReason::Other,
+    };
+    if let Some(r) = refusal {
+        finish_reason = FinishReason::ContentFilter;
+        content = r.to_string();
+    }
+    let usage = v.get("usage");
+    let tokens = |k: &str| {
+        usage
+            .and_then(|u| u.get(k))
+            .and_then(Value::as_u64)
+            .unwrap_or(0)
+            .min(u32::MAX as u64) as u32
+    };
+    Ok(ModelResponse {
+        message: Message {
+            role: Role::Assistant,
+            content,
+            tool_calls,
+            tool_call_id: None,
+        },
+        finish_reason,
+        prompt_tokens: tokens("prompt_tokens"),
+        completion_tokens: tokens("completion_tokens"),
+    })
+}
+
+/// A response as chat-completions JSON (what the replay file stores).
+pub fn response_json(r: &ModelResponse) -> Value {
+    let finish = match r.finish_reason {
+        FinishReason::Stop => "stop",
+        FinishReason::ToolCalls => "tool_calls",
+        FinishReason::Length => "length",
+        FinishReason::ContentFilter => "content_filter",
+        FinishReason::Other => "other",
+    };
+    let mut msg = json!({ "role": "assistant", "content": r.message.content });
+    if !r.message.tool_calls.is_empty() {
+        msg["tool_calls"] = r
+            .message
+            .tool_calls
+            .iter()
+            .map(|c| json!({ "id": c.id, "type": "function", "function": { "name": c.name, "arguments": c.arguments } }))
+            .collect();
+    }
+    json!({ "choices": [{ "message": msg, "finish_reason": finish }],
+            "usage": { "prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens } })
+}
