@@ -103,3 +103,70 @@ fn a_pinned_hash_that_does_not_match_refuses_to_load() {
     assert!(host().load(&path, World::Tool, Some(&sha)).is_ok());
     let _ = inspect::world_exports(World::Tool);
 }
+
+#[test]
+fn the_compile_cache_serves_warm_starts_and_never_trusts_a_bad_entry() {
+    use keel::wasm::{cache, CacheOutcome, EngineOptions, WasmHost};
+    let (Some(echo), Some(fs)) = (
+        plugin_path("tool-echo-rust.wasm"),
+        plugin_path("tool-fs-rust.wasm"),
+    ) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let opts = || EngineOptions {
+        cache_dir: Some(dir.path().to_path_buf()),
+        pooling: false,
+        ..EngineOptions::default()
+    };
+    let h = WasmHost::new(opts()).unwrap();
+    assert_eq!(
+        h.load(&echo, World::Tool, None).unwrap().cache,
+        CacheOutcome::Compiled
+    );
+    assert_eq!(
+        h.load(&fs, World::Tool, None).unwrap().cache,
+        CacheOutcome::Compiled
+    );
+    // A new process (engine) loads from the cache.
+    let h2 = WasmHost::new(opts()).unwrap();
+    assert_eq!(
+        h2.load(&echo, World::Tool, None).unwrap().cache,
+        CacheOutcome::Hit
+    );
+    let entry = |file: &std::path::Path| {
+        cache::entry_path(
+            dir.path(),
+            &cache::sha256_hex(&std::fs::read(file).unwrap()),
+            h2.engine(),
+        )
+    };
+    // A flipped byte: detected, recompiled, replaced.
+    let e = entry(&echo);
+    let mut bytes = std::fs::read(&e).unwrap();
+    let n = bytes.len();
+    bytes[n / 2] ^= 0xff;
+    std::fs::write(&e, &bytes).unwrap();
+    assert_eq!(
+        h2.load(&echo, World::Tool, None).unwrap().cache,
+        CacheOutcome::Replaced
+    );
+    assert_eq!(
+        h2.load(&echo, World::Tool, None).unwrap().cache,
+        CacheOutcome::Hit
+    );
+    // Truncated.
+    std::fs::write(&e, &std::fs::read(&e).unwrap()[..100]).unwrap();
+    assert_eq!(
+        h2.load(&echo, World::Tool, None).unwrap().cache,
+        CacheOutcome::Replaced
+    );
+    // Foreign: another component's valid entry under this one's name.
+    std::fs::copy(entry(&fs), &e).unwrap();
+    let p = h2.load(&echo, World::Tool, None).unwrap();
+    assert_eq!(
+        p.cache,
+        CacheOutcome::Replaced,
+        "an entry of another component is not loaded"
+    );
+}

@@ -9,7 +9,10 @@ use std::path::{Path, PathBuf};
 use wasmtime::component::Component;
 use wasmtime::Engine;
 
-const MAGIC: &[u8; 8] = b"KEELCC01";
+const MAGIC: &[u8; 8] = b"KEELCC02";
+/// MAGIC, the component's sha256, the engine key (16 bytes of hex), the
+/// payload's sha256.
+const HEADER: usize = 8 + 32 + 16 + 32;
 
 /// Where a component came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,7 +53,7 @@ pub fn load_or_compile(
     let path = entry_path(dir, sha, engine);
     let mut outcome = CacheOutcome::Compiled;
     if let Ok(data) = std::fs::read(&path) {
-        match checked_payload(&data) {
+        match checked_payload(&data, sha, &engine_key(engine)) {
             Some(payload) => {
                 // SAFETY: the payload was written by `store` below from
                 // `Component::serialize` of this same engine configuration
@@ -73,7 +76,7 @@ pub fn load_or_compile(
         outcome = CacheOutcome::Replaced;
     }
     let component = Component::new(engine, bytes)?;
-    if let Err(e) = store(dir, &path, &component) {
+    if let Err(e) = store(dir, &path, sha, &engine_key(engine), &component) {
         tracing::warn!(
             "cannot write the compile cache entry {}: {e:#}",
             path.display()
@@ -82,19 +85,33 @@ pub fn load_or_compile(
     Ok((component, outcome))
 }
 
-fn checked_payload(data: &[u8]) -> Option<&[u8]> {
-    if data.len() < 40 || &data[..8] != MAGIC {
+/// The payload of an entry, if it is whole and belongs to this component
+/// and this engine.
+fn checked_payload<'a>(data: &'a [u8], sha: &str, engine: &str) -> Option<&'a [u8]> {
+    if data.len() < HEADER || &data[..8] != MAGIC {
         return None;
     }
-    let (sum, payload) = data[8..].split_at(32);
+    let component = hex::decode(sha).ok()?;
+    if data[8..40] != component[..] || &data[40..56] != engine.as_bytes() {
+        return None;
+    }
+    let (sum, payload) = data[56..].split_at(32);
     (Sha256::digest(payload).as_slice() == sum).then_some(payload)
 }
 
-fn store(dir: &Path, path: &Path, component: &Component) -> anyhow::Result<()> {
+fn store(
+    dir: &Path,
+    path: &Path,
+    sha: &str,
+    engine: &str,
+    component: &Component,
+) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir)?;
     let payload = component.serialize()?;
-    let mut data = Vec::with_capacity(40 + payload.len());
+    let mut data = Vec::with_capacity(HEADER + payload.len());
     data.extend_from_slice(MAGIC);
+    data.extend_from_slice(&hex::decode(sha)?);
+    data.extend_from_slice(engine.as_bytes());
     data.extend_from_slice(&Sha256::digest(&payload));
     data.extend_from_slice(&payload);
     // Write aside and rename, so a reader never sees half an entry.
