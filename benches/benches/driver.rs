@@ -23,6 +23,50 @@ fn bench_driver(c: &mut Criterion) {
         .unwrap();
     let mut g = c.benchmark_group("driver");
     g.sample_size(10);
+    // Wasm agent and policy (Rust agent-scripted and policy-rules) against
+    // the native ones below, in the same run of the bench.
+    let dir = plugins_dir();
+    let host = keel::wasm::WasmHost::new(keel::wasm::EngineOptions::default()).unwrap();
+    let agent = host
+        .load(
+            &dir.join("agent-scripted-rust.wasm"),
+            keel::wasm::World::Agent,
+            None,
+        )
+        .unwrap();
+    let policy = host
+        .load(
+            &dir.join("policy-rules-rust.wasm"),
+            keel::wasm::World::Policy,
+            None,
+        )
+        .unwrap();
+    for sync in [Sync::Full, Sync::Normal] {
+        for (label, pad) in [("small", 0usize), ("8KiB", 8 << 10)] {
+            for n in [10u32, 400] {
+                g.throughput(Throughput::Elements(n as u64));
+                g.bench_function(BenchmarkId::new(format!("wasm/{sync:?}/{label}"), n), |b| {
+                    let (_dir, runtime) = runtime(sync);
+                    b.to_async(&rt).iter(|| async {
+                        let c = wasm_consumers(&host, &agent, &policy, n, pad).await;
+                        let out = runtime.start("bench", limits(n), "{}", c).await.unwrap();
+                        assert_eq!(out.run.status, RunStatus::Completed);
+                    });
+                });
+                let id = BenchmarkId::new(format!("native-paired/{sync:?}/{label}"), n);
+                g.bench_function(id, |b| {
+                    let (_dir, runtime) = runtime(sync);
+                    b.to_async(&rt).iter(|| async {
+                        let out = runtime
+                            .start("bench", limits(n), "{}", native_consumers(n, pad))
+                            .await
+                            .unwrap();
+                        assert_eq!(out.run.status, RunStatus::Completed);
+                    });
+                });
+            }
+        }
+    }
     for sync in [Sync::Full, Sync::Normal] {
         for (label, pad) in [("small", 0usize), ("8KiB", 8 << 10)] {
             for n in [10u32, 100, 400] {

@@ -232,3 +232,63 @@ fn a_locked_store_is_refused_with_exit_1() {
     holder.execute_batch("ROLLBACK").unwrap();
     assert_eq!(s.run("r").unwrap().status, keel::RunStatus::Running);
 }
+
+#[test]
+fn events_follow_streams_until_the_run_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(agent) = plugin_path("agent-scripted-rust.wasm") else {
+        return;
+    };
+    let cfg = config(dir.path(), &agent).unwrap();
+    let db = dir.path().join("keel.db");
+    let store = db.to_str().unwrap();
+    let o = keel(&[
+        "run",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--goal",
+        "x",
+        "--json",
+    ]);
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    let last: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&o.stdout).lines().last().unwrap()).unwrap();
+    let run = last["run"]["id"].as_str().unwrap().to_string();
+    let follower = Command::new(env!("CARGO_BIN_EXE_keel"))
+        .args(["--store", store, "events", &run, "--follow", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(
+        keel(&["--store", store, "approve", &run, "--by", "ops"])
+            .status
+            .code(),
+        Some(0)
+    );
+    assert_eq!(
+        keel(&["--store", store, "resume", &run]).status.code(),
+        Some(0)
+    );
+    let out = follower.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let kinds: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["event"]["kind"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(kinds.first().map(String::as_str), Some("run.started"));
+    assert!(
+        kinds.contains(&"approval.approved".to_string()),
+        "{kinds:?}"
+    );
+    assert_eq!(
+        kinds.last().map(String::as_str),
+        Some("run.completed"),
+        "it followed to the end and stopped"
+    );
+}
