@@ -162,6 +162,74 @@ fn bench_hostcall(c: &mut Criterion) {
         );
     }
 
+    // Import round trips: an agent whose decide makes N `log` calls into the
+    // host (rate limit raised so none is dropped), against a raw component
+    // whose export calls a trivial host import N times.
+    let hostile = host
+        .load(&dir.join("hostile-agent-rust.wasm"), World::Agent, None)
+        .unwrap();
+    for n in [0u32, 100] {
+        let limits = PluginLimits {
+            log_lines_per_call: 1_000,
+            ..PluginLimits::default()
+        };
+        let gate = Arc::new(ModelGate::new(Arc::new(StubProvider::default())));
+        let mut a = rt
+            .block_on(WasmAgent::new(
+                &host,
+                &hostile,
+                &format!(r#"{{"mode":"log-{n}"}}"#),
+                &[],
+                &limits,
+                gate,
+                Arc::new(EventSink::default()),
+            ))
+            .unwrap();
+        let run = bench_run(1);
+        g.bench_function(BenchmarkId::new("import/keel-log", n), |b| {
+            b.iter(|| {
+                rt.block_on(a.decide(RunView {
+                    run: &run,
+                    steps: &[],
+                    approvals: &[],
+                }))
+                .unwrap()
+            })
+        });
+    }
+    {
+        let engine = wasmtime::Engine::default();
+        let wat = r#"(component
+            (import "f" (func $f))
+            (core func $fl (canon lower (func $f)))
+            (core module $m
+                (import "host" "f" (func $f))
+                (func (export "run") (param $n i32)
+                    (block $done (loop $again
+                        (br_if $done (i32.eqz (local.get $n)))
+                        (call $f)
+                        (local.set $n (i32.sub (local.get $n) (i32.const 1)))
+                        (br $again)))))
+            (core instance $h (export "f" (func $fl)))
+            (core instance $i (instantiate $m (with "host" (instance $h))))
+            (func (export "run") (param "n" u32) (canon lift (core func $i "run"))))"#;
+        let component = wasmtime::component::Component::new(&engine, wat).unwrap();
+        let mut linker = wasmtime::component::Linker::<()>::new(&engine);
+        linker.root().func_wrap("f", |_, (): ()| Ok(())).unwrap();
+        let mut store = wasmtime::Store::new(&engine, ());
+        let instance = rt
+            .block_on(linker.instantiate_async(&mut store, &component))
+            .unwrap();
+        let f = instance
+            .get_typed_func::<(u32,), ()>(&mut store, "run")
+            .unwrap();
+        for n in [0u32, 100] {
+            g.bench_function(BenchmarkId::new("import/raw", n), |b| {
+                b.iter(|| rt.block_on(f.call_async(&mut store, (n,))).unwrap())
+            });
+        }
+    }
+
     g.bench_function("instantiate/policy-with-init", |b| {
         b.iter(|| {
             rt.block_on(WasmPolicy::new(

@@ -113,6 +113,19 @@ impl Agent for Hostile {
                 arguments: args.to_string(),
             }));
         }
+        if let Some(n) = self.mode.strip_prefix("log-") {
+            // `log-N`: N host log calls, then a call (import round trips).
+            let n: usize = n
+                .parse()
+                .map_err(|_| format!("config.mode: bad count in {:?}", self.mode))?;
+            for i in 0..n {
+                keel_guest::debug!("{i}");
+            }
+            return Ok(Decision::Call(ToolCall {
+                tool: "echo".into(),
+                arguments: "{}".into(),
+            }));
+        }
         if view.decided_steps() < self.after {
             return Ok(Decision::Call(ToolCall {
                 tool: "echo".into(),
