@@ -178,7 +178,7 @@ fn bench_hostcall(c: &mut Criterion) {
             .block_on(WasmAgent::new(
                 &host,
                 &hostile,
-                &format!(r#"{{"mode":"log-{n}"}}"#),
+                &format!(r#"{{"mode":"logs-{n}"}}"#),
                 &[],
                 &limits,
                 gate,

@@ -113,8 +113,8 @@ impl Agent for Hostile {
                 arguments: args.to_string(),
             }));
         }
-        if let Some(n) = self.mode.strip_prefix("log-") {
-            // `log-N`: N host log calls, then a call (import round trips).
+        if let Some(n) = self.mode.strip_prefix("logs-") {
+            // `logs-N`: N host log calls, then a call (import round trips).
             let n: usize = n
                 .parse()
                 .map_err(|_| format!("config.mode: bad count in {:?}", self.mode))?;
