@@ -144,23 +144,10 @@ fn bench_driver(c: &mut Criterion) {
 }
 
 fn bare_run() -> Run {
-    Run {
-        id: "bench".into(),
-        goal: "g".into(),
-        status: RunStatus::Running,
-        reason: None,
-        result: None,
-        limits: Limits::default(),
-        meta: "{}".into(),
-        step_count: 0,
-        model_calls: 0,
-        tokens: 0,
-        consecutive_failures: 0,
-        lease_owner: Some("bench".into()),
-        lease_expires: Some(i64::MAX),
-        created_at: 0,
-        updated_at: 0,
-    }
+    let mut r = Run::new("bench", "g", Limits::default(), 0);
+    r.lease_owner = Some("bench".into());
+    r.lease_expires = Some(i64::MAX);
+    r
 }
 
 criterion_group!(benches, bench_driver);

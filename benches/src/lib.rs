@@ -92,23 +92,9 @@ pub fn plugins_dir() -> std::path::PathBuf {
 
 /// A run row for views handed to plugins outside a loop.
 pub fn bench_run(step_count: u32) -> Run {
-    Run {
-        id: "bench".into(),
-        goal: "bench".into(),
-        status: RunStatus::Running,
-        reason: None,
-        result: None,
-        limits: Limits::default(),
-        meta: "{}".into(),
-        step_count,
-        model_calls: 0,
-        tokens: 0,
-        consecutive_failures: 0,
-        lease_owner: None,
-        lease_expires: None,
-        created_at: 0,
-        updated_at: 0,
-    }
+    let mut r = Run::new("bench", "bench", Limits::default(), 0);
+    r.step_count = step_count;
+    r
 }
 
 /// A finished step of the echo scenario with an observation of `pad` bytes.

@@ -263,6 +263,29 @@ pub struct Run {
     pub updated_at: i64,
 }
 
+impl Run {
+    /// A new running run with no steps, no lease and empty meta (`{}`).
+    pub fn new(id: &str, goal: &str, limits: Limits, now: i64) -> Run {
+        Run {
+            id: id.to_string(),
+            goal: goal.to_string(),
+            status: RunStatus::Running,
+            reason: None,
+            result: None,
+            limits,
+            meta: "{}".to_string(),
+            step_count: 0,
+            model_calls: 0,
+            tokens: 0,
+            consecutive_failures: 0,
+            lease_owner: None,
+            lease_expires: None,
+            created_at: now,
+            updated_at: now,
+        }
+    }
+}
+
 /// Canonical JSON: object keys sorted, no insignificant whitespace. This is
 /// what the store keeps for validated arguments and what approval hashes cover.
 pub fn canonical_json(value: &serde_json::Value) -> String {

@@ -202,23 +202,7 @@ fn a_locked_store_is_refused_with_exit_1() {
     let db = dir.path().join("keel.db");
     drop(keel::Store::open(&db, keel::Sync::Full).unwrap());
     let mut s = keel::Store::open(&db, keel::Sync::Full).unwrap();
-    let run = keel::Run {
-        id: "r".into(),
-        goal: "g".into(),
-        status: keel::RunStatus::Running,
-        reason: None,
-        result: None,
-        limits: Default::default(),
-        meta: "{}".into(),
-        step_count: 0,
-        model_calls: 0,
-        tokens: 0,
-        consecutive_failures: 0,
-        lease_owner: None,
-        lease_expires: None,
-        created_at: 0,
-        updated_at: 0,
-    };
+    let run = keel::Run::new("r", "g", Default::default(), 0);
     s.create_run(&run, vec![]).unwrap();
     let holder = rusqlite::Connection::open(&db).unwrap();
     holder.execute_batch("BEGIN EXCLUSIVE").unwrap();

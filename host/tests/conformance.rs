@@ -25,23 +25,9 @@ const AGENT_TWINS: &[&str] = &[
 ];
 
 fn run_row() -> Run {
-    Run {
-        id: "run_c".into(),
-        goal: "conformance".into(),
-        status: RunStatus::Running,
-        reason: None,
-        result: None,
-        limits: Limits::default(),
-        meta: "{}".into(),
-        step_count: 1,
-        model_calls: 0,
-        tokens: 0,
-        consecutive_failures: 0,
-        lease_owner: None,
-        lease_expires: None,
-        created_at: 0,
-        updated_at: 0,
-    }
+    let mut r = Run::new("run_c", "conformance", Limits::default(), 0);
+    r.step_count = 1;
+    r
 }
 
 /// A verdict with its presentation parsed, so twins may differ in JSON spacing.

@@ -257,23 +257,7 @@ fn two_processes_racing_for_one_run_never_both_drive_it() {
     let db = dir.path().join("keel.db");
     let log = dir.path().join("steps.log");
     let mut s = Store::open(&db, keel::Sync::Full).unwrap();
-    let run = Run {
-        id: "race".into(),
-        goal: "race".into(),
-        status: RunStatus::Running,
-        reason: None,
-        result: None,
-        limits: Limits::default(),
-        meta: "{}".into(),
-        step_count: 0,
-        model_calls: 0,
-        tokens: 0,
-        consecutive_failures: 0,
-        lease_owner: None,
-        lease_expires: None,
-        created_at: 0,
-        updated_at: 0,
-    };
+    let run = Run::new("race", "race", Limits::default(), 0);
     s.create_run(&run, vec![]).unwrap();
     drop(s);
     let spawn = || {

@@ -389,22 +389,11 @@ async fn cancel_from_another_connection_stops_the_live_loop_at_its_next_write() 
 async fn a_held_lease_refuses_a_second_driver_and_an_expired_one_is_taken_over() {
     let (_d, db) = tmpdb();
     let mut s = Store::open(&db, keel::Sync::Full).unwrap();
-    let run = Run {
-        id: "r1".into(),
-        goal: "g".into(),
-        status: RunStatus::Running,
-        reason: None,
-        result: None,
-        limits: Limits::default(),
-        meta: "{}".into(),
-        step_count: 0,
-        model_calls: 0,
-        tokens: 0,
-        consecutive_failures: 0,
-        lease_owner: Some("a".into()),
-        lease_expires: Some(1_000),
-        created_at: 0,
-        updated_at: 0,
+    let run = {
+        let mut r = Run::new("r1", "g", Limits::default(), 0);
+        r.lease_owner = Some("a".into());
+        r.lease_expires = Some(1_000);
+        r
     };
     s.create_run(&run, vec![]).unwrap();
     assert!(matches!(

@@ -69,23 +69,10 @@ pub(super) async fn start(
     }
     let owner = rt.ids.next("lease");
     let now = rt.clock.now_ms();
-    let run = Run {
-        id: rt.ids.next("run"),
-        goal: goal.to_string(),
-        status: RunStatus::Running,
-        reason: None,
-        result: None,
-        limits,
-        meta: meta.to_string(),
-        step_count: 0,
-        model_calls: 0,
-        tokens: 0,
-        consecutive_failures: 0,
-        lease_owner: Some(owner.clone()),
-        lease_expires: Some(now + rt.lease_ttl_ms),
-        created_at: now,
-        updated_at: now,
-    };
+    let mut run = Run::new(&rt.ids.next("run"), goal, limits, now);
+    run.meta = meta.to_string();
+    run.lease_owner = Some(owner.clone());
+    run.lease_expires = Some(now + rt.lease_ttl_ms);
     let events = vec![NewEvent::new(
         "run.started",
         None,
