@@ -2,7 +2,7 @@
 
 use super::output::{print_event, print_outcome, print_run_detail, print_runs};
 use super::{exit, Cli, Command};
-use crate::config::{assemble, Config};
+use crate::config::{assemble_with_progress, Config};
 use crate::driver::{Outcome, Runtime};
 use crate::store::{Store, StoreHandle};
 use crate::types::RunStatus;
@@ -167,10 +167,11 @@ async fn run(
     json: bool,
 ) -> anyhow::Result<i32> {
     let cfg = Config::load(config)?;
-    if !json {
-        eprintln!("loading plugins (the first load of a component compiles it; later loads use the cache)…");
-    }
-    let asm = assemble(&cfg)?;
+    let asm = assemble_with_progress(&cfg, &|line| {
+        if !json {
+            eprintln!("{line}");
+        }
+    })?;
     let rt = runtime(&cfg, store_flag, json)?;
     let consumers = asm.consumers().await?;
     let abs = std::fs::canonicalize(config).unwrap_or_else(|_| config.to_path_buf());
@@ -200,7 +201,11 @@ async fn resume(
         }
     };
     let cfg = Config::load(&config)?;
-    let asm = assemble(&cfg)?;
+    let asm = assemble_with_progress(&cfg, &|line| {
+        if !json {
+            eprintln!("{line}");
+        }
+    })?;
     let rt = runtime(&cfg, store_flag, json)?;
     let out = rt.resume(run_id, asm.consumers().await?).await?;
     print_outcome(&out, json);

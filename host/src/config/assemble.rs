@@ -29,6 +29,15 @@ pub struct Assembly {
 /// Loads every component of `config` (compiling or reading the cache) and
 /// the model provider.
 pub fn assemble(config: &Config) -> anyhow::Result<Assembly> {
+    assemble_with_progress(config, &|_| {})
+}
+
+/// [`assemble`], telling `progress` about each component before and after
+/// it loads (a first load compiles: seconds for Python and JavaScript).
+pub fn assemble_with_progress(
+    config: &Config,
+    progress: &dyn Fn(&str),
+) -> anyhow::Result<Assembly> {
     let host = WasmHost::new(EngineOptions {
         pooling: config.engine.pooling,
         max_instances: config.engine.max_instances,
@@ -38,8 +47,19 @@ pub fn assemble(config: &Config) -> anyhow::Result<Assembly> {
     })
     .context("starting the wasm engine")?;
     let load = |what: &str, p: &std::path::Path, world: World, sha: &Option<String>| {
-        host.load(&config.resolve(p), world, sha.as_deref())
-            .with_context(|| format!("{what} plugin"))
+        let path = config.resolve(p);
+        progress(&format!("{what}: loading {}", path.display()));
+        let started = std::time::Instant::now();
+        let plugin = host
+            .load(&path, world, sha.as_deref())
+            .with_context(|| format!("{what} plugin"))?;
+        let how = match plugin.cache {
+            crate::wasm::CacheOutcome::Hit => "from the compile cache",
+            crate::wasm::CacheOutcome::Compiled => "compiled",
+            crate::wasm::CacheOutcome::Replaced => "recompiled (the cache entry was bad)",
+        };
+        progress(&format!("{what}: {how} in {:.2?}", started.elapsed()));
+        Ok::<_, anyhow::Error>(plugin)
     };
     let agent = load(
         "agent",

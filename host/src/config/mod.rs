@@ -4,7 +4,7 @@
 
 mod assemble;
 
-pub use assemble::{assemble, Assembly};
+pub use assemble::{assemble, assemble_with_progress, Assembly};
 
 use crate::types::Limits;
 use crate::wasm::PluginLimits;

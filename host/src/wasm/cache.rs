@@ -69,7 +69,7 @@ pub fn load_or_compile(
                 }
             }
             None => tracing::warn!(
-                "compile cache entry {} is corrupt; recompiling",
+                "compile cache entry {} is corrupt, foreign or from another keel version; recompiling",
                 path.display()
             ),
         }
