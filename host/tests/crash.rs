@@ -150,6 +150,15 @@ async fn a_crash_at_any_write_point_loses_nothing_and_repeats_no_side_effect() {
             .unwrap()
             .load_steps(&run.id)
             .unwrap();
+        assert!(
+            after.iter().all(|s| s.state == StepState::Done),
+            "{point}: a step was left behind: {after:?}"
+        );
+        // The read-only and idempotent calls ran (again, if the crash hit them).
+        assert!(
+            runs_of(&log, "read_b") >= 1 && runs_of(&log, "put_c") >= 1,
+            "{point}"
+        );
         for s in before.iter().filter(|s| s.state == StepState::Done) {
             assert_eq!(
                 Some(s),

@@ -368,6 +368,9 @@ impl<'r> Loop<'r> {
                 if let Some(out) = self.judge(last.index).await? {
                     return Err(Halt::Outcome(out));
                 }
+                if self.steps[last.index as usize].state == StepState::Executing {
+                    self.execute(last.index).await?;
+                }
                 Ok(true)
             }
             StepState::Executing | StepState::Interrupted => self.interrupted(last.index).await,
@@ -608,6 +611,13 @@ impl<'r> Loop<'r> {
             // Reuse a started step left by a crash before its decision.
             let i = match self.steps.last() {
                 Some(s) if s.state == StepState::Started => s.index,
+                // Never start a step while the last one is unfinished.
+                Some(s) if s.state != StepState::Done => {
+                    return Err(Halt::Error(DriverError::Invalid(format!(
+                        "step {} is {}; it must finish before the next one starts",
+                        s.index, s.state
+                    ))))
+                }
                 _ => {
                     if let Some(out) = self.check_limits().await? {
                         return Ok(out);
