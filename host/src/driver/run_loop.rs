@@ -301,11 +301,7 @@ impl<'r> Loop<'r> {
             s.state = StepState::Done;
             s.observation = Some(obs);
             s.updated_at = now;
-            events.push(NewEvent::new(
-                "step.done",
-                Some(i),
-                json!({ "observation": s.observation }),
-            ));
+            events.push(done_event(&s));
             steps.push(s);
         }
         let kind = match status {
@@ -584,14 +580,7 @@ impl<'r> Loop<'r> {
         let mut run = self.next_run(now);
         run.status = RunStatus::Running;
         run.consecutive_failures += 1;
-        let events = vec![
-            NewEvent::new(kind, Some(i), data),
-            NewEvent::new(
-                "step.done",
-                Some(i),
-                json!({ "observation": s.observation }),
-            ),
-        ];
+        let events = vec![NewEvent::new(kind, Some(i), data), done_event(&s)];
         self.commit(run, vec![s], approvals, events).await
     }
 
@@ -796,11 +785,7 @@ impl<'r> Loop<'r> {
                     run.status = RunStatus::Completed;
                     run.reason = Some("completed".into());
                     run.result = Some(canonical_json(&v));
-                    events.push(NewEvent::new(
-                        "step.done",
-                        Some(i),
-                        json!({ "observation": s.observation }),
-                    ));
+                    events.push(done_event(&s));
                     events.push(NewEvent::new(
                         "run.completed",
                         None,
@@ -816,11 +801,7 @@ impl<'r> Loop<'r> {
                 run.status = RunStatus::Failed;
                 run.reason = Some("agent_failed".into());
                 run.result = Some(json!({ "error": why }).to_string());
-                events.push(NewEvent::new(
-                    "step.done",
-                    Some(i),
-                    json!({ "observation": s.observation }),
-                ));
+                events.push(done_event(&s));
                 events.push(NewEvent::new(
                     "run.failed",
                     None,
@@ -846,11 +827,7 @@ impl<'r> Loop<'r> {
                 "error",
                 &why,
             ));
-            events.push(NewEvent::new(
-                "step.done",
-                Some(i),
-                json!({ "observation": s.observation }),
-            ));
+            events.push(done_event(&s));
             run.consecutive_failures += 1;
             self.limit_failures(&mut run, &mut events);
         }
@@ -945,11 +922,7 @@ impl<'r> Loop<'r> {
                     reason,
                 ));
                 run.consecutive_failures += 1;
-                events.push(NewEvent::new(
-                    "step.done",
-                    Some(i),
-                    json!({ "observation": s.observation }),
-                ));
+                events.push(done_event(&s));
                 self.limit_failures(&mut run, &mut events);
             }
             Verdict::RequireApproval(req) => {
@@ -981,11 +954,7 @@ impl<'r> Loop<'r> {
                 run.status = RunStatus::Failed;
                 run.reason = Some("policy_abort".into());
                 run.result = Some(json!({ "error": reason }).to_string());
-                events.push(NewEvent::new(
-                    "step.done",
-                    Some(i),
-                    json!({ "observation": s.observation }),
-                ));
+                events.push(done_event(&s));
                 events.push(NewEvent::new(
                     "run.failed",
                     None,
@@ -1065,11 +1034,7 @@ impl<'r> Loop<'r> {
                 Observation::message(ObservationKind::ToolError, "error", &e.to_string())
             }
         });
-        let mut events = vec![NewEvent::new(
-            "step.done",
-            Some(i),
-            json!({ "observation": s.observation }),
-        )];
+        let mut events = vec![done_event(&s)];
         self.limit_failures(&mut run, &mut events);
         let max_same = run.limits.max_identical_calls;
         if max_same > 0 && !run.status.is_terminal() && self.identical_run(&s) >= max_same {
@@ -1111,4 +1076,13 @@ fn panic_message(e: tokio::task::JoinError) -> String {
             .unwrap_or_else(|| "a panic without a message".into()),
         Err(e) => e.to_string(),
     }
+}
+
+/// The `step.done` event of a step that was just finished.
+fn done_event(s: &Step) -> NewEvent {
+    NewEvent::new(
+        "step.done",
+        Some(s.index),
+        json!({ "observation": s.observation }),
+    )
 }
