@@ -8,7 +8,9 @@
 //! * [`tools`]: the run's tool table and argument validation.
 //! * [`render`]: a run as chat messages for a model.
 //! * [`config`]: the TOML config of the `keel` binary.
+//! * [`bench`]: load harnesses behind `keel bench`.
 
+pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod consumer;

@@ -1,6 +1,7 @@
 //! The `keel` command line: start, watch, approve, deny, cancel and resume
 //! runs, and inspect plugins.
 
+mod bench_cmd;
 mod output;
 mod plugin_cmd;
 mod run_cmd;
@@ -137,6 +138,9 @@ pub enum Command {
     /// Inspect, check and precompile plugin components.
     #[command(subcommand)]
     Plugin(plugin_cmd::PluginCommand),
+    /// Load tests of the runtime (see BENCHMARKS.md).
+    #[command(subcommand)]
+    Bench(bench_cmd::BenchCommand),
 }
 
 fn whoami() -> String {

@@ -65,6 +65,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
             Ok(exit::OK)
         }
         Command::Plugin(cmd) => super::plugin_cmd::run(cmd).await,
+        Command::Bench(cmd) => super::bench_cmd::run(cmd).await,
     }
 }
 

@@ -78,8 +78,7 @@ pub(super) async fn start(
         None,
         json!({ "goal": goal, "limits": run.limits }),
     )];
-    let r = run.clone();
-    let committed = rt.store.with(move |s| s.create_run(&r, events)).await??;
+    let committed = rt.store.create_run(run.clone(), events).await?;
     let mut lp = Loop {
         rt,
         owner,
@@ -141,13 +140,16 @@ impl<'r> Loop<'r> {
             Ok(o) | Err(Halt::Outcome(o)) => Ok(o),
             Err(Halt::Error(e)) => Err(e),
         };
-        // Whatever happened, give the lease back if we still hold it.
-        let (id, owner) = (self.run.id.clone(), self.owner.clone());
-        let _ = self
-            .rt
-            .store
-            .with(move |s| s.release_lease(&id, &owner))
-            .await;
+        // Whatever happened, give the lease back if we may still hold it (a
+        // pause or the run's end already gave it back in its transition).
+        if self.run.lease_owner.as_deref() == Some(self.owner.as_str()) {
+            let (id, owner) = (self.run.id.clone(), self.owner.clone());
+            let _ = self
+                .rt
+                .store
+                .with(move |s| s.release_lease(&id, &owner))
+                .await;
+        }
         result
     }
 

@@ -13,7 +13,7 @@ mod writer;
 pub use error::StoreError;
 pub use rows::{ApprovalRow, Event, StepRow};
 pub use schema::CURRENT_VERSION;
-pub use writer::StoreHandle;
+pub use writer::{StoreHandle, WriterStats};
 
 use crate::types::*;
 use rows::{read_event, read_run, APPROVAL_COLUMNS, RUN_COLUMNS, STEP_COLUMNS};
@@ -84,6 +84,14 @@ pub struct ModelCallRecord {
     pub outcome: &'static str,
     pub error: Option<String>,
     pub latency_ms: u64,
+}
+
+/// A write the store's writer thread may commit in a group with others.
+#[derive(Debug, Clone)]
+pub enum Write {
+    /// A new run and its first events ([`Store::create_run`]).
+    Create { run: Run, events: Vec<NewEvent> },
+    Transition(Transition),
 }
 
 /// What the run row must still say for a transition to apply.
@@ -274,34 +282,9 @@ impl Store {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        tx.prepare_cached(&format!(
-            "INSERT INTO runs ({RUN_COLUMNS}) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15)"
-        ))?
-        .execute(params![
-            run.id,
-            run.goal,
-            run.status.as_str(),
-            run.reason,
-            run.result,
-            serde_json::to_string(&run.limits).map_err(|e| StoreError::Refused(e.to_string()))?,
-            run.meta,
-            run.step_count,
-            run.model_calls,
-            run.tokens as i64,
-            run.consecutive_failures,
-            run.lease_owner,
-            run.lease_expires,
-            run.created_at,
-            run.updated_at
-        ])?;
-        let events = insert_events(&tx, &run.id, run.updated_at, events)?;
+        let done = insert_run(&tx, run, events)?;
         tx.commit()?;
-        Ok(Committed {
-            run: run.clone(),
-            steps: vec![],
-            approvals: vec![],
-            events,
-        })
+        Ok(done)
     }
 
     /// Applies one transition in its own transaction.
@@ -320,7 +303,7 @@ impl Store {
     /// that transition. One sync covers them all.
     pub fn commit_group(
         &mut self,
-        ts: Vec<Transition>,
+        ts: Vec<Write>,
     ) -> Result<Vec<Result<Committed, StoreError>>, StoreError> {
         self.writable()?;
         let mut tx = self
@@ -329,12 +312,27 @@ impl Store {
         let mut out = Vec::with_capacity(ts.len());
         for t in ts {
             let sp = tx.savepoint()?;
-            match apply(&sp, t) {
+            let result = match t {
+                Write::Create { run, events } => insert_run(&sp, &run, events),
+                Write::Transition(t) => apply(&sp, t),
+            };
+            match result {
                 Ok(c) => {
                     sp.commit()?;
                     out.push(Ok(c));
                 }
-                Err(e @ (StoreError::Conflict { .. } | StoreError::RunNotFound(_))) => {
+                Err(
+                    e @ (StoreError::Conflict { .. }
+                    | StoreError::RunNotFound(_)
+                    | StoreError::Refused(_)
+                    | StoreError::Sqlite(rusqlite::Error::SqliteFailure(
+                        rusqlite::ffi::Error {
+                            code: rusqlite::ffi::ErrorCode::ConstraintViolation,
+                            ..
+                        },
+                        _,
+                    ))),
+                ) => {
                     drop(sp); // rolls back this transition only
                     out.push(Err(e));
                 }
@@ -647,6 +645,40 @@ impl Store {
     pub fn connection(&self) -> &Connection {
         &self.conn
     }
+}
+
+fn insert_run(
+    tx: &rusqlite::Connection,
+    run: &Run,
+    events: Vec<NewEvent>,
+) -> Result<Committed, StoreError> {
+    tx.prepare_cached(&format!(
+        "INSERT INTO runs ({RUN_COLUMNS}) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15)"
+    ))?
+    .execute(params![
+        run.id,
+        run.goal,
+        run.status.as_str(),
+        run.reason,
+        run.result,
+        serde_json::to_string(&run.limits).map_err(|e| StoreError::Refused(e.to_string()))?,
+        run.meta,
+        run.step_count,
+        run.model_calls,
+        run.tokens as i64,
+        run.consecutive_failures,
+        run.lease_owner,
+        run.lease_expires,
+        run.created_at,
+        run.updated_at
+    ])?;
+    let events = insert_events(tx, &run.id, run.updated_at, events)?;
+    Ok(Committed {
+        run: run.clone(),
+        steps: vec![],
+        approvals: vec![],
+        events,
+    })
 }
 
 fn apply(tx: &rusqlite::Connection, t: Transition) -> Result<Committed, StoreError> {

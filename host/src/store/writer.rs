@@ -3,8 +3,10 @@
 //! SQLite transaction, one sync, a savepoint per transition), so many runs
 //! share the cost of a sync without giving up their own compare-and-set.
 
-use super::{Committed, Store, StoreError, Transition};
-use std::sync::mpsc;
+use super::{Committed, NewEvent, Store, StoreError, Transition, Write};
+use crate::types::Run;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
 use tokio::sync::oneshot;
 
 /// The most transitions committed together.
@@ -13,7 +15,7 @@ const MAX_GROUP: usize = 512;
 type Reply = oneshot::Sender<Result<Committed, StoreError>>;
 
 enum Job {
-    Commit(Box<Transition>, Reply),
+    Commit(Box<Write>, Reply),
     Call(Box<dyn FnOnce(&mut Store) + Send>),
 }
 
@@ -21,24 +23,62 @@ enum Job {
 #[derive(Clone)]
 pub struct StoreHandle {
     tx: mpsc::Sender<Job>,
+    stats: Arc<Counters>,
+}
+
+/// What the writer thread has done so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WriterStats {
+    /// Transitions committed (each its own compare-and-set).
+    pub transitions: u64,
+    /// SQLite transactions that carried them (one sync each).
+    pub transactions: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    transitions: AtomicU64,
+    transactions: AtomicU64,
 }
 
 impl StoreHandle {
     /// Moves `store` onto a new writer thread.
     pub fn spawn(store: Store) -> StoreHandle {
         let (tx, rx) = mpsc::channel::<Job>();
+        let stats = Arc::new(Counters::default());
+        let counters = stats.clone();
         std::thread::Builder::new()
             .name("keel-store-writer".into())
-            .spawn(move || writer(store, rx))
+            .spawn(move || writer(store, rx, &counters))
             .expect("spawning the store writer thread");
-        StoreHandle { tx }
+        StoreHandle { tx, stats }
+    }
+
+    pub fn stats(&self) -> WriterStats {
+        WriterStats {
+            transitions: self.stats.transitions.load(Ordering::Relaxed),
+            transactions: self.stats.transactions.load(Ordering::Relaxed),
+        }
     }
 
     /// Commits one transition (possibly grouped with other runs').
     pub async fn commit(&self, t: Transition) -> Result<Committed, StoreError> {
+        self.write(Write::Transition(t)).await
+    }
+
+    /// Inserts a new run (possibly grouped with other runs' writes).
+    pub async fn create_run(
+        &self,
+        run: Run,
+        events: Vec<NewEvent>,
+    ) -> Result<Committed, StoreError> {
+        self.write(Write::Create { run, events }).await
+    }
+
+    async fn write(&self, w: Write) -> Result<Committed, StoreError> {
         let (reply, rx) = oneshot::channel();
         self.tx
-            .send(Job::Commit(Box::new(t), reply))
+            .send(Job::Commit(Box::new(w), reply))
             .map_err(|_| StoreError::Refused("the store writer has stopped".into()))?;
         rx.await
             .map_err(|_| StoreError::Refused("the store writer has stopped".into()))?
@@ -60,15 +100,15 @@ impl StoreHandle {
     }
 }
 
-fn writer(mut store: Store, rx: mpsc::Receiver<Job>) {
-    let mut group: Vec<(Transition, Reply)> = Vec::new();
+fn writer(mut store: Store, rx: mpsc::Receiver<Job>, stats: &Counters) {
+    let mut group: Vec<(Write, Reply)> = Vec::new();
     while let Ok(first) = rx.recv() {
         let mut next = Some(first);
         while let Some(job) = next.take() {
             match job {
                 Job::Commit(t, reply) => group.push((*t, reply)),
                 Job::Call(f) => {
-                    flush(&mut store, &mut group);
+                    flush(&mut store, &mut group, stats);
                     f(&mut store);
                 }
             }
@@ -76,16 +116,25 @@ fn writer(mut store: Store, rx: mpsc::Receiver<Job>) {
                 next = rx.try_recv().ok();
             }
         }
-        flush(&mut store, &mut group);
+        flush(&mut store, &mut group, stats);
     }
 }
 
-fn flush(store: &mut Store, group: &mut Vec<(Transition, Reply)>) {
+fn flush(store: &mut Store, group: &mut Vec<(Write, Reply)>, stats: &Counters) {
+    if !group.is_empty() {
+        stats.transactions.fetch_add(1, Ordering::Relaxed);
+        stats
+            .transitions
+            .fetch_add(group.len() as u64, Ordering::Relaxed);
+    }
     match group.len() {
         0 => {}
         1 => {
-            if let Some((t, reply)) = group.pop() {
-                let _ = reply.send(store.commit(t));
+            if let Some((w, reply)) = group.pop() {
+                let _ = reply.send(match w {
+                    Write::Create { run, events } => store.create_run(&run, events),
+                    Write::Transition(t) => store.commit(t),
+                });
             }
         }
         _ => {

@@ -1,0 +1,342 @@
+//! The fan-out load test: many durable runs in flight in one process, each
+//! waiting on a slow model, as in reference scenario 001.
+//!
+//! Every run is real: a wasm agent (`agent-llm`) and a wasm policy
+//! (`policy-rules`) instantiated for it alone, a stub model that answers
+//! after `latency` (first with a tool call, then with a final answer: two
+//! model calls per run), a native `echo` tool, and every transition
+//! committed to the store. A fixed number of runs is kept in flight (a
+//! closed loop), so the mean run latency is concurrency ÷ throughput by
+//! Little's law; the measured latencies give p50, p90 and p99.
+
+use crate::consumer::EventSink;
+use crate::driver::{Consumers, Runtime};
+use crate::model::{ModelGate, StubProvider};
+use crate::store::{Store, StoreHandle, Sync};
+use crate::tools::ToolSet;
+use crate::types::{Effect, Limits, RunStatus, ToolSpec};
+use crate::wasm::{EngineOptions, Plugin, PluginLimits, WasmAgent, WasmHost, WasmPolicy, World};
+use crate::FnTool;
+use anyhow::{bail, Context};
+use serde::Serialize;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Where the runs are journaled.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StoreMode {
+    /// A SQLite file (WAL) with this sync mode; removed afterwards unless kept.
+    Durable { path: PathBuf, sync: Sync },
+    /// A private in-memory SQLite database: the same code, no disk.
+    Memory,
+}
+
+#[derive(Debug, Clone)]
+pub struct FanoutOptions {
+    pub runs: u64,
+    pub concurrency: u64,
+    /// How long each model call takes.
+    pub latency: Duration,
+    pub store: StoreMode,
+    pub agent: PathBuf,
+    pub policy: PathBuf,
+    /// The compile cache (the components load from it after the first time).
+    pub cache_dir: Option<PathBuf>,
+}
+
+/// What one fan-out run measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct FanoutReport {
+    pub runs: u64,
+    pub concurrency: u64,
+    pub latency_ms: f64,
+    pub store: String,
+    pub completed: u64,
+    pub failed: u64,
+    pub wall_s: f64,
+    pub throughput_runs_per_s: f64,
+    /// concurrency ÷ throughput (Little's law).
+    pub mean_latency_ms: f64,
+    /// The mean of the measured run latencies (a check on the line above).
+    pub measured_mean_ms: f64,
+    pub p50_ms: f64,
+    pub p90_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+    pub peak_rss_mib: f64,
+    /// Events (the run's journal) written per run.
+    pub journal_records_per_run: f64,
+    /// Store transitions (each its own compare-and-set) per run.
+    pub transitions_per_run: f64,
+    /// Transitions per SQLite transaction, i.e. per sync (group commit).
+    pub transitions_per_commit: f64,
+    /// CPU time of the process (user + system) over the wall time.
+    pub cpu_s: f64,
+}
+
+impl FanoutReport {
+    /// The report as lines for a terminal.
+    pub fn human(&self) -> String {
+        format!(
+            "fan-out: {runs} runs, {conc} in flight, model latency {lat} ms, 2 model calls per run, store {store}\n\
+             \x20 completed {done}, failed {failed}\n\
+             \x20 wall               {wall:.3} s   (cpu {cpu:.2} s)\n\
+             \x20 throughput         {tp:.0} runs/s\n\
+             \x20 mean latency       {mean:.1} ms   (concurrency / throughput; measured mean {mm:.1} ms)\n\
+             \x20 p50 / p90 / p99    {p50:.1} / {p90:.1} / {p99:.1} ms   (max {max:.1} ms)\n\
+             \x20 peak RSS           {rss:.0} MiB\n\
+             \x20 journal records    {jr:.1} per run   ({tr:.1} transitions per run, {tc:.1} per commit)",
+            runs = self.runs,
+            conc = self.concurrency,
+            lat = self.latency_ms,
+            store = self.store,
+            done = self.completed,
+            failed = self.failed,
+            wall = self.wall_s,
+            cpu = self.cpu_s,
+            tp = self.throughput_runs_per_s,
+            mean = self.mean_latency_ms,
+            mm = self.measured_mean_ms,
+            p50 = self.p50_ms,
+            p90 = self.p90_ms,
+            p99 = self.p99_ms,
+            max = self.max_ms,
+            rss = self.peak_rss_mib,
+            jr = self.journal_records_per_run,
+            tr = self.transitions_per_run,
+            tc = self.transitions_per_commit,
+        )
+    }
+}
+
+const POLICY_RULES: &str = r#"{"rules":[{"tool":"echo","action":"allow"}]}"#;
+
+fn echo_tool() -> Arc<dyn crate::ToolProvider> {
+    let spec = ToolSpec {
+        name: "echo".into(),
+        description: "Answers with its arguments.".into(),
+        parameters: r#"{"type":"object"}"#.into(),
+        effect: Effect::ReadOnly,
+    };
+    Arc::new(FnTool::new(spec, Ok))
+}
+
+/// Everything shared by the runs of one fan-out.
+struct Bench {
+    host: Arc<WasmHost>,
+    agent: Arc<Plugin>,
+    policy: Arc<Plugin>,
+    gate_provider: Arc<StubProvider>,
+    tools: ToolSet,
+    limits: PluginLimits,
+}
+
+impl Bench {
+    async fn consumers(&self) -> anyhow::Result<Consumers> {
+        let sink = Arc::new(EventSink::default());
+        let gate = Arc::new(ModelGate::new(self.gate_provider.clone()));
+        let agent = WasmAgent::new(
+            &self.host,
+            &self.agent,
+            "{}",
+            self.tools.specs(),
+            &self.limits,
+            gate.clone(),
+            sink.clone(),
+        )
+        .await
+        .context("instantiating the agent")?;
+        let policy = WasmPolicy::new(
+            &self.host,
+            &self.policy,
+            POLICY_RULES,
+            &self.limits,
+            sink.clone(),
+        )
+        .await
+        .context("instantiating the policy")?;
+        Ok(Consumers::new(
+            Box::new(agent),
+            Box::new(policy),
+            self.tools.clone(),
+            gate,
+            sink,
+        ))
+    }
+}
+
+/// Runs the fan-out and measures it. Call from a multi-threaded tokio
+/// runtime: the runs are spread over its workers.
+pub async fn run(opts: &FanoutOptions) -> anyhow::Result<FanoutReport> {
+    if opts.runs == 0 || opts.concurrency == 0 {
+        bail!("--runs and --concurrency must be at least 1");
+    }
+    let concurrency = opts.concurrency.min(opts.runs);
+    // Each run in flight holds an agent and a policy instance.
+    let max_instances = u32::try_from(concurrency * 2 + 16)
+        .context("--concurrency is too large for the instance pool")?;
+    let host = WasmHost::new(EngineOptions {
+        max_instances,
+        max_memory_bytes: 64 << 20,
+        cache_dir: opts.cache_dir.clone(),
+        ..EngineOptions::default()
+    })
+    .context("starting the wasm engine")?;
+    let agent = host
+        .load(&opts.agent, World::Agent, None)
+        .context("loading the agent (agent-llm)")?;
+    let policy = host
+        .load(&opts.policy, World::Policy, None)
+        .context("loading the policy (policy-rules)")?;
+    let mut tools = ToolSet::new();
+    tools
+        .add(echo_tool())
+        .map_err(|e| anyhow::anyhow!("adding the echo tool: {e}"))?;
+    let bench = Arc::new(Bench {
+        host,
+        agent,
+        policy,
+        gate_provider: Arc::new(StubProvider {
+            latency: opts.latency,
+            tool_call: Some(("echo".into(), r#"{"q":"fan-out"}"#.into())),
+            calls_before_answer: 1,
+            answer: "done".into(),
+        }),
+        tools,
+        limits: PluginLimits {
+            memory_bytes: 64 << 20,
+            ..PluginLimits::default()
+        },
+    });
+
+    let (store, label) = match &opts.store {
+        StoreMode::Durable { path, sync } => {
+            if path.exists() {
+                bail!(
+                    "{}: exists; the fan-out writes a fresh store (remove it or pass another --db)",
+                    path.display()
+                );
+            }
+            (
+                Store::open(path, *sync).with_context(|| format!("opening {}", path.display()))?,
+                format!("sqlite {sync:?} ({})", path.display()),
+            )
+        }
+        StoreMode::Memory => (Store::open_in_memory()?, "sqlite in-memory".to_string()),
+    };
+    let handle = StoreHandle::spawn(store);
+    let runtime = Runtime::new(handle.clone());
+    let limits = Limits {
+        max_steps: 4,
+        ..Limits::default()
+    };
+
+    // Warm up: one run, so the first real run does not pay for lazy set-up.
+    let c = bench.consumers().await?;
+    let out = runtime.start("warm-up", limits.clone(), "{}", c).await?;
+    if out.run.status != RunStatus::Completed {
+        bail!(
+            "the warm-up run ended {} ({})",
+            out.run.status,
+            out.run.reason.unwrap_or_default()
+        );
+    }
+    let before = handle.stats();
+
+    let next = Arc::new(AtomicU64::new(0));
+    let failed = Arc::new(AtomicU64::new(0));
+    let cpu0 = super::cpu_seconds();
+    let started = Instant::now();
+    let total = opts.runs;
+    let mut workers = tokio::task::JoinSet::new();
+    for _ in 0..concurrency {
+        let (bench, runtime, next, failed) =
+            (bench.clone(), runtime.clone(), next.clone(), failed.clone());
+        let limits = limits.clone();
+        workers.spawn(async move {
+            let mut latencies = Vec::new();
+            let mut first_error = None;
+            while next.fetch_add(1, Ordering::Relaxed) < total {
+                let t0 = Instant::now();
+                let outcome = match bench.consumers().await {
+                    Ok(c) => runtime
+                        .start("fan-out", limits.clone(), "{}", c)
+                        .await
+                        .map_err(anyhow::Error::from),
+                    Err(e) => Err(e),
+                };
+                latencies.push(t0.elapsed().as_secs_f64() * 1000.0);
+                match outcome {
+                    Ok(o) if o.run.status == RunStatus::Completed => {}
+                    Ok(o) => {
+                        failed.fetch_add(1, Ordering::Relaxed);
+                        first_error.get_or_insert(format!(
+                            "run {} ended {}: {}",
+                            o.run.id,
+                            o.run.status,
+                            o.run.reason.unwrap_or_default()
+                        ));
+                    }
+                    Err(e) => {
+                        failed.fetch_add(1, Ordering::Relaxed);
+                        first_error.get_or_insert(format!("{e:#}"));
+                    }
+                }
+            }
+            (latencies, first_error)
+        });
+    }
+    let mut latencies = Vec::with_capacity(opts.runs as usize);
+    let mut first_error = None;
+    while let Some(joined) = workers.join_next().await {
+        let (l, e) = joined.context("a fan-out worker panicked")?;
+        latencies.extend(l);
+        if first_error.is_none() {
+            first_error = e;
+        }
+    }
+    let wall = started.elapsed().as_secs_f64();
+    let cpu_s = super::cpu_seconds() - cpu0;
+    let after = handle.stats();
+    let failed = failed.load(Ordering::Relaxed);
+    if let Some(e) = &first_error {
+        tracing::warn!("{failed} runs did not complete; the first: {e}");
+    }
+
+    let runs = latencies.len() as u64;
+    let events = handle
+        .with(|s| {
+            s.connection()
+                .query_row("SELECT count(*) FROM events", [], |r| r.get::<_, i64>(0))
+        })
+        .await??;
+    // The warm-up run is in the store too.
+    let total_runs = (runs + 1) as f64;
+    latencies.sort_by(f64::total_cmp);
+    let transitions = (after.transitions - before.transitions) as f64;
+    let transactions = (after.transactions - before.transactions).max(1) as f64;
+    let throughput = runs as f64 / wall;
+    Ok(FanoutReport {
+        runs,
+        concurrency,
+        latency_ms: opts.latency.as_secs_f64() * 1000.0,
+        store: label,
+        completed: runs - failed,
+        failed,
+        wall_s: wall,
+        throughput_runs_per_s: throughput,
+        mean_latency_ms: concurrency as f64 / throughput * 1000.0,
+        measured_mean_ms: latencies.iter().sum::<f64>() / runs.max(1) as f64,
+        p50_ms: super::quantile(&latencies, 0.50),
+        p90_ms: super::quantile(&latencies, 0.90),
+        p99_ms: super::quantile(&latencies, 0.99),
+        max_ms: latencies.last().copied().unwrap_or(0.0),
+        peak_rss_mib: super::peak_rss_bytes().unwrap_or(0) as f64 / (1 << 20) as f64,
+        journal_records_per_run: events as f64 / total_runs,
+        transitions_per_run: transitions / runs.max(1) as f64,
+        transitions_per_commit: transitions / transactions,
+        cpu_s,
+    })
+}
