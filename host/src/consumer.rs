@@ -147,18 +147,51 @@ where
 /// consumers of one run.
 #[derive(Debug, Default)]
 pub struct EventSink {
-    events: std::sync::Mutex<Vec<crate::store::NewEvent>>,
+    pending: std::sync::Mutex<Vec<Pending>>,
+}
+
+/// A plugin's log line as it was sent. Its event is built when the loop
+/// drains the sink, off the plugin's call path.
+#[derive(Debug)]
+pub struct LogLine {
+    pub plugin: std::sync::Arc<str>,
+    pub step: Option<u32>,
+    pub level: &'static str,
+    pub message: String,
+}
+
+#[derive(Debug)]
+enum Pending {
+    Event(crate::store::NewEvent),
+    Log(LogLine),
 }
 
 impl EventSink {
-    pub fn push(&self, event: crate::store::NewEvent) {
-        self.events
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(event);
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Pending>> {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    pub fn push(&self, event: crate::store::NewEvent) {
+        self.lock().push(Pending::Event(event));
+    }
+
+    pub fn log(&self, line: LogLine) {
+        self.lock().push(Pending::Log(line));
+    }
+
+    /// Everything pushed so far, in order, as events.
     pub fn drain(&self) -> Vec<crate::store::NewEvent> {
-        std::mem::take(&mut *self.events.lock().unwrap_or_else(|p| p.into_inner()))
+        let pending = std::mem::take(&mut *self.lock());
+        pending
+            .into_iter()
+            .map(|p| match p {
+                Pending::Event(e) => e,
+                Pending::Log(l) => crate::store::NewEvent::new(
+                    "plugin.log",
+                    l.step,
+                    serde_json::json!({ "plugin": &*l.plugin, "level": l.level, "message": l.message }),
+                ),
+            })
+            .collect()
     }
 }

@@ -180,6 +180,10 @@ pub async fn run(opts: &FanoutOptions) -> anyhow::Result<FanoutReport> {
     let host = WasmHost::new(EngineOptions {
         max_instances,
         max_memory_bytes: 64 << 20,
+        // Both components' initial memories are a few KiB: copying them in
+        // costs nothing measurable (BENCHMARKS.md), and saves a memory
+        // mapping per instance, of which Linux allows 65530 by default.
+        cow_images: false,
         cache_dir: opts.cache_dir.clone(),
         ..EngineOptions::default()
     })

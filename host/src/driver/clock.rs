@@ -54,14 +54,17 @@ pub struct RandomIds;
 
 impl Ids for RandomIds {
     fn next(&self, prefix: &str) -> String {
+        // Six bytes of time, then six random: ids sort by creation, so new
+        // rows land at the right edge of the store's indexes.
         let mut b = [0u8; 12];
-        if getrandom::fill(&mut b).is_err() {
+        let t = SystemClock.now_ms() as u64;
+        b[..6].copy_from_slice(&t.to_be_bytes()[2..]);
+        if getrandom::fill(&mut b[6..]).is_err() {
             // No entropy source: fall back to time and a counter, still unique
             // within the process.
             static N: AtomicU64 = AtomicU64::new(0);
-            let t = SystemClock.now_ms() as u64;
-            b[..8].copy_from_slice(&t.to_le_bytes());
-            b[8..].copy_from_slice(&(N.fetch_add(1, Ordering::SeqCst) as u32).to_le_bytes());
+            let n = N.fetch_add(1, Ordering::SeqCst);
+            b[6..].copy_from_slice(&n.to_be_bytes()[2..]);
         }
         format!("{prefix}_{}", hex::encode(b))
     }

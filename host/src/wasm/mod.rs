@@ -89,6 +89,12 @@ pub struct EngineOptions {
     /// memory caps above this are clamped to it.
     pub max_memory_bytes: usize,
     pub cache_dir: Option<PathBuf>,
+    /// Map each component's initial memory copy-on-write from one shared
+    /// image (fast for components with large data, such as Python and
+    /// JavaScript ones) instead of copying it in at instantiation (cheaper
+    /// for small images, and one memory mapping fewer per instance where
+    /// `vm.max_map_count` is the limit).
+    pub cow_images: bool,
     /// Wasm stack per call, in bytes (engine-wide).
     pub max_wasm_stack: usize,
     /// How often the epoch ticks; deadlines are checked at this granularity.
@@ -102,6 +108,7 @@ impl Default for EngineOptions {
             max_instances: 1000,
             max_memory_bytes: 1 << 30,
             cache_dir: None,
+            cow_images: true,
             max_wasm_stack: 1 << 20,
             epoch_tick: Duration::from_millis(5),
         }
@@ -147,7 +154,7 @@ impl WasmHost {
         config.consume_fuel(true);
         config.max_wasm_stack(opts.max_wasm_stack);
         config.async_stack_size(opts.max_wasm_stack + (1 << 20));
-        config.memory_init_cow(true);
+        config.memory_init_cow(opts.cow_images);
         if opts.pooling {
             let mut pool = PoolingAllocationConfig::new();
             let n = opts.max_instances.max(8);
@@ -155,6 +162,8 @@ impl WasmHost {
             pool.total_core_instances(n * 4);
             pool.total_memories(n * 2);
             pool.total_tables(n * 4);
+            // A store keeps its last call's stack for the next call: one
+            // stack per live instance.
             pool.total_stacks(n);
             pool.max_memory_size(opts.max_memory_bytes);
             pool.max_memories_per_module(2);
@@ -163,6 +172,14 @@ impl WasmHost {
             pool.max_core_instance_size(8 << 20);
             pool.max_component_instance_size(4 << 20);
             pool.max_unused_warm_slots(n / 4);
+            // Reset a freed slot by rewriting only its dirty pages (found with
+            // the PAGEMAP_SCAN ioctl where the kernel has it) instead of
+            // madvise, which flushes every core's TLB; batch the madvises
+            // that remain.
+            pool.pagemap_scan(wasmtime::Enabled::Auto);
+            pool.linear_memory_keep_resident(1 << 20);
+            pool.table_keep_resident(64 << 10);
+            pool.decommit_batch_size(64);
             config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
         }
         let engine = Engine::new(&config)?;

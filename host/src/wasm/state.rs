@@ -3,9 +3,8 @@
 
 use super::bindings::wit;
 use super::limits::PluginLimits;
-use crate::consumer::EventSink;
+use crate::consumer::{EventSink, LogLine};
 use crate::model::ModelGate;
-use crate::store::NewEvent;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use wasmtime::component::ResourceTable;
@@ -17,7 +16,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 const STDIO_CAPTURE: usize = 64 << 10;
 
 pub struct HostState {
-    pub(crate) plugin: String,
+    pub(crate) plugin: Arc<str>,
     wasi: WasiCtx,
     table: ResourceTable,
     pub(crate) limits: StoreLimits,
@@ -44,7 +43,7 @@ impl HostState {
         let stderr = MemoryOutputPipe::new(STDIO_CAPTURE);
         wasi.stderr(stderr.clone()).stdout(stderr.clone());
         HostState {
-            plugin: plugin.to_string(),
+            plugin: Arc::from(plugin),
             wasi: wasi.build(),
             table: ResourceTable::new(),
             limits: StoreLimitsBuilder::new()
@@ -116,11 +115,12 @@ impl super::bindings::agent::keel::plugin::log::Host for HostState {
             wit::Level::Trace => tracing::trace!(plugin = %self.plugin, "{message}"),
         }
         if let Some(sink) = &self.sink {
-            sink.push(NewEvent::new(
-                "plugin.log",
-                self.step,
-                serde_json::json!({ "plugin": self.plugin, "level": level_s, "message": message }),
-            ));
+            sink.log(LogLine {
+                plugin: self.plugin.clone(),
+                step: self.step,
+                level: level_s,
+                message,
+            });
         }
         Ok(())
     }

@@ -118,8 +118,8 @@ impl Agent for Hostile {
             let n: usize = n
                 .parse()
                 .map_err(|_| format!("config.mode: bad count in {:?}", self.mode))?;
-            for i in 0..n {
-                keel_guest::debug!("{i}");
+            for _ in 0..n {
+                keel_guest::log::log(keel_guest::log::Level::Debug, "tick");
             }
             return Ok(Decision::Call(ToolCall {
                 tool: "echo".into(),

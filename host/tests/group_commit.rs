@@ -1,0 +1,106 @@
+//! Group commit: many runs' writes share one SQLite transaction, yet each
+//! keeps its own compare-and-set and fails alone.
+
+mod common;
+
+use common::*;
+use keel::store::{Expect, NewEvent, Transition, Write};
+use keel::*;
+use std::sync::{Arc, Mutex};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_runs_share_commits_and_every_run_is_complete() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("keel.db");
+    let rt = runtime(&db);
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..200 {
+        let rt = rt.clone();
+        tasks.spawn(async move {
+            let n = Arc::new(Mutex::new(0));
+            let (c, _rig) = consumers(
+                vec![
+                    call("echo", &format!(r#"{{"i":{i}}}"#)),
+                    Decision::Complete("true".into()),
+                ],
+                vec![counting_tool("echo", Effect::ReadOnly, n)],
+            );
+            rt.start("g", Limits::default(), "{}", c).await.unwrap()
+        });
+    }
+    let mut ids = Vec::new();
+    while let Some(out) = tasks.join_next().await {
+        let out = out.unwrap();
+        assert_eq!(out.run.status, RunStatus::Completed);
+        ids.push(out.run.id);
+    }
+    let stats = rt.store().stats();
+    assert!(
+        stats.transitions > stats.transactions,
+        "200 concurrent runs never shared a commit: {stats:?}"
+    );
+    let store = Store::open_read_only(&db).unwrap();
+    for id in &ids {
+        let k = kinds(&store, id);
+        assert_eq!(k.first().map(String::as_str), Some("run.started"), "{id}");
+        assert_eq!(k.last().map(String::as_str), Some("run.completed"), "{id}");
+        let steps = store.load_steps(id).unwrap();
+        assert_eq!(steps.len(), 2);
+        assert!(steps.iter().all(|s| s.state == StepState::Done));
+    }
+}
+
+#[test]
+fn a_failed_member_of_a_group_rolls_back_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Store::open(dir.path().join("keel.db"), keel::Sync::Full).unwrap();
+    let run = |id: &str| {
+        let mut r = Run::new(id, "g", Limits::default(), 0);
+        r.lease_owner = Some("me".into());
+        r
+    };
+    let started = || vec![NewEvent::new("run.started", None, serde_json::json!({}))];
+    let finish = |id: &str, owner: &str| {
+        let mut r = run(id);
+        r.status = RunStatus::Completed;
+        r.lease_owner = None;
+        Transition {
+            expect: Expect {
+                status: RunStatus::Running,
+                owner: Some(owner.into()),
+            },
+            run: r,
+            steps: vec![],
+            approvals: vec![],
+            events: vec![NewEvent::new("run.completed", None, serde_json::json!({}))],
+            model_calls: vec![],
+        }
+    };
+    let results = s
+        .commit_group(vec![
+            Write::Create {
+                run: run("a"),
+                events: started(),
+            },
+            // The same id again: refused, and only this write is undone.
+            Write::Create {
+                run: run("a"),
+                events: started(),
+            },
+            Write::Create {
+                run: run("b"),
+                events: started(),
+            },
+            // The wrong lease owner: a failed compare-and-set.
+            Write::Transition(finish("b", "someone-else")),
+            Write::Transition(finish("a", "me")),
+        ])
+        .unwrap();
+    let ok: Vec<bool> = results.iter().map(Result::is_ok).collect();
+    assert_eq!(ok, [true, false, true, false, true]);
+    assert!(matches!(results[3], Err(StoreError::Conflict { .. })));
+    assert_eq!(s.run("a").unwrap().status, RunStatus::Completed);
+    assert_eq!(s.run("b").unwrap().status, RunStatus::Running);
+    assert_eq!(kinds(&s, "a"), ["run.started", "run.completed"]);
+    assert_eq!(kinds(&s, "b"), ["run.started"]);
+}
