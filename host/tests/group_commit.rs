@@ -104,3 +104,63 @@ fn a_failed_member_of_a_group_rolls_back_alone() {
     assert_eq!(kinds(&s, "a"), ["run.started", "run.completed"]);
     assert_eq!(kinds(&s, "b"), ["run.started"]);
 }
+
+#[test]
+fn a_write_failing_part_way_fails_alone_and_the_rest_of_its_group_commits() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Store::open(dir.path().join("keel.db"), keel::Sync::Full).unwrap();
+    for id in ["a", "b"] {
+        let mut r = Run::new(id, "g", Limits::default(), 0);
+        r.lease_owner = Some("me".into());
+        s.create_run(&r, vec![]).unwrap();
+    }
+    let step_transition = |id: &str, approvals: Vec<Approval>| {
+        let mut r = Run::new(id, "g", Limits::default(), 0);
+        r.lease_owner = Some("me".into());
+        r.step_count = 1;
+        Transition {
+            expect: Expect {
+                status: RunStatus::Running,
+                owner: Some("me".into()),
+            },
+            run: r,
+            steps: vec![],
+            approvals,
+            events: vec![NewEvent::new("step.started", Some(0), serde_json::json!({}))],
+            model_calls: vec![],
+        }
+    };
+    // Its compare-and-set passes, then its approval names a run that does
+    // not exist: the foreign key fails after the run row was updated.
+    let orphan = Approval {
+        id: "appr_x".into(),
+        run_id: "ghost".into(),
+        step_index: 0,
+        kind: ApprovalKind::Policy,
+        status: ApprovalStatus::Pending,
+        call: ToolCall {
+            tool: "t".into(),
+            arguments: "{}".into(),
+        },
+        reason: "r".into(),
+        presentation: "{}".into(),
+        hash: "h".into(),
+        created_at: 0,
+        expires_at: None,
+        decided_by: None,
+        note: None,
+        decided_at: None,
+    };
+    let results = s
+        .commit_group(vec![
+            Write::Transition(step_transition("a", vec![orphan])),
+            Write::Transition(step_transition("b", vec![])),
+        ])
+        .unwrap();
+    assert!(results[0].is_err(), "the faulty write fails");
+    assert!(results[1].is_ok(), "{:?}", results[1]);
+    assert_eq!(s.run("a").unwrap().step_count, 0, "nothing of it stayed");
+    assert!(kinds(&s, "a").is_empty());
+    assert_eq!(s.run("b").unwrap().step_count, 1);
+    assert_eq!(kinds(&s, "b"), ["step.started"]);
+}

@@ -282,7 +282,7 @@ impl Store {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let done = insert_run(&tx, run, events)?;
+        let done = insert_run(&tx, run, &events)?;
         tx.commit()?;
         Ok(done)
     }
@@ -293,54 +293,52 @@ impl Store {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let done = apply(&tx, t)?;
+        let done = apply(&tx, &t)?;
         tx.commit()?;
         Ok(done)
     }
 
-    /// Applies many runs' transitions in one transaction (group commit): each
-    /// inside its own savepoint, so one failed compare-and-set rolls back only
-    /// that transition. One sync covers them all.
+    /// Applies many runs' writes in one transaction (group commit): one
+    /// sync covers them all, and each keeps its own compare-and-set. A
+    /// write's first statement is its compare-and-set (or, for a new run,
+    /// its insert), so a write that fails there has written nothing and the
+    /// others go on. Should a write fail later, part-way through, the group
+    /// is rolled back and committed again one write per transaction, so
+    /// that only the faulty write fails.
     pub fn commit_group(
         &mut self,
-        ts: Vec<Write>,
+        ws: Vec<Write>,
     ) -> Result<Vec<Result<Committed, StoreError>>, StoreError> {
         self.writable()?;
-        let mut tx = self
+        match self.try_group(&ws) {
+            Ok(out) => Ok(out),
+            Err(_) => Ok(ws.iter().map(|w| self.commit_one(w)).collect()),
+        }
+    }
+
+    fn try_group(&mut self, ws: &[Write]) -> Result<Vec<Result<Committed, StoreError>>, StoreError> {
+        let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let mut out = Vec::with_capacity(ts.len());
-        for t in ts {
-            let sp = tx.savepoint()?;
-            let result = match t {
-                Write::Create { run, events } => insert_run(&sp, &run, events),
-                Write::Transition(t) => apply(&sp, t),
-            };
-            match result {
-                Ok(c) => {
-                    sp.commit()?;
-                    out.push(Ok(c));
-                }
-                Err(
-                    e @ (StoreError::Conflict { .. }
-                    | StoreError::RunNotFound(_)
-                    | StoreError::Refused(_)
-                    | StoreError::Sqlite(rusqlite::Error::SqliteFailure(
-                        rusqlite::ffi::Error {
-                            code: rusqlite::ffi::ErrorCode::ConstraintViolation,
-                            ..
-                        },
-                        _,
-                    ))),
-                ) => {
-                    drop(sp); // rolls back this transition only
-                    out.push(Err(e));
-                }
-                Err(e) => return Err(e),
+        let mut out = Vec::with_capacity(ws.len());
+        for w in ws {
+            match write(&tx, w) {
+                Ok(c) => out.push(Ok(c)),
+                Err(e) if nothing_written(w, &e) => out.push(Err(e)),
+                Err(e) => return Err(e), // dropping `tx` rolls the group back
             }
         }
         tx.commit()?;
         Ok(out)
+    }
+
+    fn commit_one(&mut self, w: &Write) -> Result<Committed, StoreError> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let done = write(&tx, w)?;
+        tx.commit()?;
+        Ok(done)
     }
 
     pub fn get_run(&self, id: &str) -> Result<Option<Run>, StoreError> {
@@ -484,7 +482,7 @@ impl Store {
                 "run {run_id}: lease changed while taking it"
             )));
         }
-        insert_events(&tx, run_id, now, events)?;
+        insert_events(&tx, run_id, now, &events)?;
         tx.commit()?;
         let mut run = run;
         run.lease_owner = Some(owner.to_string());
@@ -547,7 +545,7 @@ impl Store {
             &tx,
             run_id,
             now,
-            vec![NewEvent::new(
+            &[NewEvent::new(
                 "run.cancelled",
                 None,
                 serde_json::json!({ "by": who, "was": run.status }),
@@ -620,7 +618,7 @@ impl Store {
             &tx,
             &a.run_id,
             now,
-            vec![NewEvent::new(
+            &[NewEvent::new(
                 kind,
                 Some(a.step_index),
                 serde_json::json!({ "approval": approval_id, "by": who, "note": note }),
@@ -647,10 +645,36 @@ impl Store {
     }
 }
 
+fn write(tx: &rusqlite::Connection, w: &Write) -> Result<Committed, StoreError> {
+    match w {
+        Write::Create { run, events } => insert_run(tx, run, events),
+        Write::Transition(t) => apply(tx, t),
+    }
+}
+
+/// Whether `e` came from `w`'s first statement, which left nothing behind
+/// (SQLite undoes a failed statement, and the transaction goes on).
+fn nothing_written(w: &Write, e: &StoreError) -> bool {
+    match (w, e) {
+        (Write::Transition(_), StoreError::Conflict { .. } | StoreError::RunNotFound(_)) => true,
+        (
+            Write::Create { .. },
+            StoreError::Sqlite(rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error {
+                    code: rusqlite::ffi::ErrorCode::ConstraintViolation,
+                    ..
+                },
+                _,
+            )),
+        ) => true,
+        _ => false,
+    }
+}
+
 fn insert_run(
     tx: &rusqlite::Connection,
     run: &Run,
-    events: Vec<NewEvent>,
+    events: &[NewEvent],
 ) -> Result<Committed, StoreError> {
     tx.prepare_cached(&format!(
         "INSERT INTO runs ({RUN_COLUMNS}) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15)"
@@ -681,7 +705,7 @@ fn insert_run(
     })
 }
 
-fn apply(tx: &rusqlite::Connection, t: Transition) -> Result<Committed, StoreError> {
+fn apply(tx: &rusqlite::Connection, t: &Transition) -> Result<Committed, StoreError> {
     let run = &t.run;
     let limits =
         serde_json::to_string(&run.limits).map_err(|e| StoreError::Refused(e.to_string()))?;
@@ -795,9 +819,9 @@ fn apply(tx: &rusqlite::Connection, t: Transition) -> Result<Committed, StoreErr
             run.updated_at
         ])?;
     }
-    let events = insert_events(tx, &run.id, run.updated_at, t.events)?;
+    let events = insert_events(tx, &run.id, run.updated_at, &t.events)?;
     Ok(Committed {
-        run: t.run,
+        run: t.run.clone(),
         steps,
         approvals,
         events,
@@ -808,7 +832,7 @@ fn insert_events(
     tx: &rusqlite::Connection,
     run_id: &str,
     at: i64,
-    events: Vec<NewEvent>,
+    events: &[NewEvent],
 ) -> Result<Vec<Event>, StoreError> {
     let mut out = Vec::with_capacity(events.len());
     let mut stmt = tx.prepare_cached(
