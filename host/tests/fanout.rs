@@ -1,0 +1,122 @@
+//! `keel bench fanout`: a small fan-out through the real binary, with the
+//! wasm agent and policy, journaled to a store the test then reads; and the
+//! command's answers to bad input.
+
+mod common;
+
+use common::wasm::{plugin_path, plugins_dir};
+use std::process::{Command, Output};
+
+fn keel(args: &[&str]) -> Output {
+    let cache = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/keel-test-cache");
+    Command::new(env!("CARGO_BIN_EXE_keel"))
+        .args(["bench", "fanout", "--plugins"])
+        .arg(plugins_dir())
+        .arg("--cache-dir")
+        .arg(cache)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn have_plugins() -> bool {
+    plugin_path("agent-llm-rust.wasm").is_some() && plugin_path("policy-rules-rust.wasm").is_some()
+}
+
+#[test]
+fn a_durable_fan_out_completes_every_run_and_journals_each_one_whole() {
+    if !have_plugins() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("fan.db");
+    let o = keel(&[
+        "--runs",
+        "300",
+        "--concurrency",
+        "100",
+        "--latency",
+        "5ms",
+        "--db",
+        db.to_str().unwrap(),
+        "--json",
+        "-",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON report");
+    assert_eq!(r["runs"], 300);
+    assert_eq!(r["completed"], 300);
+    assert_eq!(r["failed"], 0);
+    assert_eq!(r["transitions_per_run"], 7.0, "{r}");
+    assert_eq!(r["journal_records_per_run"], 10.0, "{r}");
+    let (p50, p90, p99) = (
+        r["p50_ms"].as_f64().unwrap(),
+        r["p90_ms"].as_f64().unwrap(),
+        r["p99_ms"].as_f64().unwrap(),
+    );
+    // Two model calls of 5 ms each: no run can be faster than 10 ms.
+    assert!(10.0 <= p50 && p50 <= p90 && p90 <= p99, "{r}");
+    assert!(r["peak_rss_mib"].as_f64().unwrap() > 0.0);
+    assert!(r["throughput_runs_per_s"].as_f64().unwrap() > 0.0);
+
+    // The store holds every run (and the warm-up), completed, with both
+    // model calls and the tool's step.
+    let store = keel::Store::open_read_only(&db).unwrap();
+    let runs = store.list_runs(None, 1000).unwrap();
+    assert_eq!(runs.len(), 301);
+    for run in &runs {
+        assert_eq!(run.status, keel::RunStatus::Completed, "{}", run.id);
+        assert_eq!(run.model_calls, 2, "{}", run.id);
+        assert_eq!(store.model_call_count(&run.id).unwrap(), 2);
+        let steps = store.load_steps(&run.id).unwrap();
+        assert_eq!(steps.len(), 2);
+        assert!(steps.iter().all(|s| s.state == keel::StepState::Done));
+        assert!(run.lease_owner.is_none());
+    }
+}
+
+#[test]
+fn the_in_memory_mode_reports_the_same_journal() {
+    if !have_plugins() {
+        return;
+    }
+    let o = keel(&[
+        "--runs", "100", "--concurrency", "50", "--latency", "0", "--memory", "--json", "-",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(r["completed"], 100);
+    assert_eq!(r["journal_records_per_run"], 10.0);
+    assert!(r["store"].as_str().unwrap().contains("in-memory"));
+}
+
+#[test]
+fn bad_flags_are_usage_errors_that_say_what_is_wrong() {
+    let dir = tempfile::tempdir().unwrap();
+    let existing = dir.path().join("old.db");
+    std::fs::write(&existing, b"x").unwrap();
+    let existing = existing.to_str().unwrap();
+    let cases: &[(&[&str], &str)] = &[
+        (&["--runs", "0"], "at least 1"),
+        (&["--latency", "5 parsecs"], "unknown unit"),
+        (&["--latency=-5ms"], "duration"),
+        (&["--sync", "sometimes"], "full or normal"),
+        (&["--memory", "--db", "x.db"], "exclude"),
+        (&["--db", existing], "exists"),
+        (&["--agent", "/no/such/agent.wasm"], "no such component"),
+    ];
+    for (args, says) in cases {
+        let o = keel(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o));
+        assert!(text(&o).contains(says), "{args:?} should say {says:?}: {}", text(&o));
+    }
+    assert_eq!(std::fs::read(existing).unwrap(), b"x", "an existing file is left alone");
+}
