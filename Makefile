@@ -58,6 +58,7 @@ test: plugins check-bindings
 	python3 -m unittest discover -s plugins/agent-scripted/python
 	node --test plugins/policy-rules/js plugins/agent-scripted/js
 	plugins/policy-rules/c/test.sh
+	scripts/bench-ab.sh --self-test
 	KEEL_PLUGINS=$(CURDIR)/$(OUT) cargo test --workspace --exclude hostile-agent $(foreach p,$(RUST_PLUGINS),--exclude $(p)) --exclude xtask
 	cargo test -q -p keel-guest --all-features
 	$(foreach p,$(RUST_PLUGINS),cargo test -q -p $(p) &&) true
