@@ -6,9 +6,13 @@
 #
 # BASE and HEAD are git refs (tag, branch, commit; HEAD's working tree is
 # not used: commit first). Each is checked out into a worktree under
-# target/ab/ and built in release mode into the project's own target
-# directory (AB_TARGET_DIR to change it), so only Keel's crates are rebuilt,
-# not its dependencies; the two binaries are then run interleaved
+# target/ab/ and built in release mode into target/ab/target (the first
+# build there compiles every dependency once; later ones only Keel). Not
+# the project's own target directory: cargo names a workspace's artifacts
+# by their path inside the workspace, so a worktree's build would pass for
+# the checkout's; for the same reason every worktree file is touched before
+# its build, so that cargo never takes one ref's build for the other's.
+# The two binaries are then run interleaved
 # (base, head, base, head, ...) REPEATS times each (default 11), so drift in
 # the machine's speed reaches both. The fan-out flags default to the
 # reference scenario (--runs 20000 --concurrency 5000 --latency 50ms).
@@ -38,7 +42,7 @@ flags=("$@")
 [[ "$repeats" =~ ^[1-9][0-9]*$ ]] || { echo "REPEATS must be a positive number, got $repeats" >&2; exit 2; }
 
 ab="$root/target/ab"
-target="${AB_TARGET_DIR:-$root/target}"
+target="$ab/target"
 mkdir -p "$ab/bin" "$ab/results"
 plugins="$root/target/plugins"
 [[ -f "$plugins/agent-llm-rust.wasm" ]] || { echo "no plugins in $plugins: run 'make plugins' first" >&2; exit 2; }
@@ -53,6 +57,7 @@ build() { # ref name
         git -C "$root" worktree add -q --detach "$wt" "$commit"
     fi
     echo "building $name = $ref ($commit)" >&2
+    git -C "$wt" ls-files -z | (cd "$wt" && xargs -0 touch)
     CARGO_TARGET_DIR="$target" cargo build -q --release -p keel --manifest-path "$wt/Cargo.toml" >&2
     cp "$target/release/keel" "$ab/bin/keel-$name"
     echo "$commit"

@@ -3,6 +3,10 @@
 //! complete; the tool answers with its arguments or with ~8 KiB of JSON),
 //! with native or wasm consumers.
 
+// The allocator of the `keel` binary, so that the figures are the binary's.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use async_trait::async_trait;
 use keel::consumer::EventSink;
 use keel::model::{ModelGate, StubProvider};

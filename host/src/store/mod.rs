@@ -86,6 +86,50 @@ pub struct ModelCallRecord {
     pub latency_ms: u64,
 }
 
+/// An event whose data is already JSON text.
+#[derive(Debug, Clone)]
+pub struct EncodedEvent {
+    pub step_index: Option<u32>,
+    pub kind: &'static str,
+    pub data: String,
+}
+
+impl From<&NewEvent> for EncodedEvent {
+    fn from(e: &NewEvent) -> Self {
+        EncodedEvent {
+            step_index: e.step_index,
+            kind: e.kind,
+            data: e.data.to_string(),
+        }
+    }
+}
+
+fn encode(events: &[NewEvent]) -> Vec<EncodedEvent> {
+    events.iter().map(EncodedEvent::from).collect()
+}
+
+/// A write with its events already encoded. [`StoreHandle`] prepares
+/// writes on the caller's thread, so that the writer thread, which every
+/// run in the process waits on, only writes.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    write: Write,
+    events: Vec<EncodedEvent>,
+}
+
+impl Prepared {
+    pub fn new(mut write: Write) -> Prepared {
+        let events = match &mut write {
+            Write::Create { events, .. } => std::mem::take(events),
+            Write::Transition(t) => std::mem::take(&mut t.events),
+        };
+        Prepared {
+            events: encode(&events),
+            write,
+        }
+    }
+}
+
 /// A write the store's writer thread may commit in a group with others.
 #[derive(Debug, Clone)]
 pub enum Write {
@@ -282,7 +326,7 @@ impl Store {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let done = insert_run(&tx, run, &events)?;
+        let done = insert_run(&tx, run, &encode(&events))?;
         tx.commit()?;
         Ok(done)
     }
@@ -293,7 +337,7 @@ impl Store {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let done = apply(&tx, &t)?;
+        let done = apply(&tx, &t, &encode(&t.events))?;
         tx.commit()?;
         Ok(done)
     }
@@ -309,6 +353,14 @@ impl Store {
         &mut self,
         ws: Vec<Write>,
     ) -> Result<Vec<Result<Committed, StoreError>>, StoreError> {
+        self.commit_prepared(ws.into_iter().map(Prepared::new).collect())
+    }
+
+    /// [`Store::commit_group`] of writes prepared by the caller.
+    pub fn commit_prepared(
+        &mut self,
+        ws: Vec<Prepared>,
+    ) -> Result<Vec<Result<Committed, StoreError>>, StoreError> {
         self.writable()?;
         match self.try_group(&ws) {
             Ok(out) => Ok(out),
@@ -316,7 +368,10 @@ impl Store {
         }
     }
 
-    fn try_group(&mut self, ws: &[Write]) -> Result<Vec<Result<Committed, StoreError>>, StoreError> {
+    fn try_group(
+        &mut self,
+        ws: &[Prepared],
+    ) -> Result<Vec<Result<Committed, StoreError>>, StoreError> {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -324,7 +379,7 @@ impl Store {
         for w in ws {
             match write(&tx, w) {
                 Ok(c) => out.push(Ok(c)),
-                Err(e) if nothing_written(w, &e) => out.push(Err(e)),
+                Err(e) if nothing_written(&w.write, &e) => out.push(Err(e)),
                 Err(e) => return Err(e), // dropping `tx` rolls the group back
             }
         }
@@ -332,7 +387,7 @@ impl Store {
         Ok(out)
     }
 
-    fn commit_one(&mut self, w: &Write) -> Result<Committed, StoreError> {
+    fn commit_one(&mut self, w: &Prepared) -> Result<Committed, StoreError> {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -482,7 +537,7 @@ impl Store {
                 "run {run_id}: lease changed while taking it"
             )));
         }
-        insert_events(&tx, run_id, now, &events)?;
+        insert_events(&tx, run_id, now, &encode(&events))?;
         tx.commit()?;
         let mut run = run;
         run.lease_owner = Some(owner.to_string());
@@ -545,11 +600,11 @@ impl Store {
             &tx,
             run_id,
             now,
-            &[NewEvent::new(
+            &encode(&[NewEvent::new(
                 "run.cancelled",
                 None,
                 serde_json::json!({ "by": who, "was": run.status }),
-            )],
+            )]),
         )?;
         tx.commit()?;
         self.run(run_id)
@@ -618,11 +673,11 @@ impl Store {
             &tx,
             &a.run_id,
             now,
-            &[NewEvent::new(
+            &encode(&[NewEvent::new(
                 kind,
                 Some(a.step_index),
                 serde_json::json!({ "approval": approval_id, "by": who, "note": note }),
-            )],
+            )]),
         )?;
         tx.commit()?;
         self.approval(approval_id)
@@ -645,10 +700,10 @@ impl Store {
     }
 }
 
-fn write(tx: &rusqlite::Connection, w: &Write) -> Result<Committed, StoreError> {
-    match w {
-        Write::Create { run, events } => insert_run(tx, run, events),
-        Write::Transition(t) => apply(tx, t),
+fn write(tx: &rusqlite::Connection, w: &Prepared) -> Result<Committed, StoreError> {
+    match &w.write {
+        Write::Create { run, .. } => insert_run(tx, run, &w.events),
+        Write::Transition(t) => apply(tx, t, &w.events),
     }
 }
 
@@ -674,7 +729,7 @@ fn nothing_written(w: &Write, e: &StoreError) -> bool {
 fn insert_run(
     tx: &rusqlite::Connection,
     run: &Run,
-    events: &[NewEvent],
+    events: &[EncodedEvent],
 ) -> Result<Committed, StoreError> {
     tx.prepare_cached(&format!(
         "INSERT INTO runs ({RUN_COLUMNS}) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15)"
@@ -705,7 +760,12 @@ fn insert_run(
     })
 }
 
-fn apply(tx: &rusqlite::Connection, t: &Transition) -> Result<Committed, StoreError> {
+/// `events` are `t`'s events, encoded (`t.events` is not read).
+fn apply(
+    tx: &rusqlite::Connection,
+    t: &Transition,
+    events: &[EncodedEvent],
+) -> Result<Committed, StoreError> {
     let run = &t.run;
     let limits =
         serde_json::to_string(&run.limits).map_err(|e| StoreError::Refused(e.to_string()))?;
@@ -819,7 +879,7 @@ fn apply(tx: &rusqlite::Connection, t: &Transition) -> Result<Committed, StoreEr
             run.updated_at
         ])?;
     }
-    let events = insert_events(tx, &run.id, run.updated_at, &t.events)?;
+    let events = insert_events(tx, &run.id, run.updated_at, events)?;
     Ok(Committed {
         run: t.run.clone(),
         steps,
@@ -832,21 +892,20 @@ fn insert_events(
     tx: &rusqlite::Connection,
     run_id: &str,
     at: i64,
-    events: &[NewEvent],
+    events: &[EncodedEvent],
 ) -> Result<Vec<Event>, StoreError> {
     let mut out = Vec::with_capacity(events.len());
     let mut stmt = tx.prepare_cached(
         "INSERT INTO events (run_id, step_idx, kind, data, at) VALUES (?1,?2,?3,?4,?5)",
     )?;
     for e in events {
-        let data = e.data.to_string();
-        stmt.execute(params![run_id, e.step_index, e.kind, data, at])?;
+        stmt.execute(params![run_id, e.step_index, e.kind, e.data, at])?;
         out.push(Event {
             seq: tx.last_insert_rowid(),
             run_id: run_id.to_string(),
             step_index: e.step_index,
             kind: e.kind.to_string(),
-            data,
+            data: e.data.clone(),
             at,
         });
     }

@@ -3,7 +3,7 @@
 //! SQLite transaction, one sync, a savepoint per transition), so many runs
 //! share the cost of a sync without giving up their own compare-and-set.
 
-use super::{Committed, NewEvent, Store, StoreError, Transition, Write};
+use super::{Committed, NewEvent, Prepared, Store, StoreError, Transition, Write};
 use crate::types::Run;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
@@ -15,7 +15,7 @@ const MAX_GROUP: usize = 512;
 type Reply = oneshot::Sender<Result<Committed, StoreError>>;
 
 enum Job {
-    Commit(Box<Write>, Reply),
+    Commit(Box<Prepared>, Reply),
     Call(Box<dyn FnOnce(&mut Store) + Send>),
 }
 
@@ -76,6 +76,8 @@ impl StoreHandle {
     }
 
     async fn write(&self, w: Write) -> Result<Committed, StoreError> {
+        // Encode here, on the caller's thread: the writer is shared.
+        let w = Prepared::new(w);
         let (reply, rx) = oneshot::channel();
         self.tx
             .send(Job::Commit(Box::new(w), reply))
@@ -101,7 +103,7 @@ impl StoreHandle {
 }
 
 fn writer(mut store: Store, rx: mpsc::Receiver<Job>, stats: &Counters) {
-    let mut group: Vec<(Write, Reply)> = Vec::new();
+    let mut group: Vec<(Prepared, Reply)> = Vec::new();
     while let Ok(first) = rx.recv() {
         let mut next = Some(first);
         while let Some(job) = next.take() {
@@ -120,36 +122,24 @@ fn writer(mut store: Store, rx: mpsc::Receiver<Job>, stats: &Counters) {
     }
 }
 
-fn flush(store: &mut Store, group: &mut Vec<(Write, Reply)>, stats: &Counters) {
-    if !group.is_empty() {
-        stats.transactions.fetch_add(1, Ordering::Relaxed);
-        stats
-            .transitions
-            .fetch_add(group.len() as u64, Ordering::Relaxed);
+fn flush(store: &mut Store, group: &mut Vec<(Prepared, Reply)>, stats: &Counters) {
+    if group.is_empty() {
+        return;
     }
-    match group.len() {
-        0 => {}
-        1 => {
-            if let Some((w, reply)) = group.pop() {
-                let _ = reply.send(match w {
-                    Write::Create { run, events } => store.create_run(&run, events),
-                    Write::Transition(t) => store.commit(t),
-                });
+    stats.transactions.fetch_add(1, Ordering::Relaxed);
+    stats
+        .transitions
+        .fetch_add(group.len() as u64, Ordering::Relaxed);
+    let (ws, replies): (Vec<_>, Vec<_>) = std::mem::take(group).into_iter().unzip();
+    match store.commit_prepared(ws) {
+        Ok(results) => {
+            for (r, reply) in results.into_iter().zip(replies) {
+                let _ = reply.send(r);
             }
         }
-        _ => {
-            let (ts, replies): (Vec<_>, Vec<_>) = std::mem::take(group).into_iter().unzip();
-            match store.commit_group(ts) {
-                Ok(results) => {
-                    for (r, reply) in results.into_iter().zip(replies) {
-                        let _ = reply.send(r);
-                    }
-                }
-                Err(e) => {
-                    for reply in replies {
-                        let _ = reply.send(Err(same_error(&e)));
-                    }
-                }
+        Err(e) => {
+            for reply in replies {
+                let _ = reply.send(Err(same_error(&e)));
             }
         }
     }
