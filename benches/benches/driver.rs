@@ -140,6 +140,14 @@ fn bench_driver(c: &mut Criterion) {
             },
         );
     }
+    // What a transition pays to reach the store's writer thread and come
+    // back, with nothing to write: an empty job through `StoreHandle`.
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("writer-round-trip", |b| {
+        let (_dir, runtime) = runtime(Sync::Normal);
+        let handle = runtime.store().clone();
+        b.to_async(&rt).iter(|| async { handle.with(|_| ()).await.unwrap() });
+    });
     g.finish();
 }
 

@@ -5,21 +5,14 @@ mod common;
 
 use common::wasm::plugin_path;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 fn keel(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_keel"))
-        .args(args)
-        .output()
-        .unwrap()
+    common::keel_bin().args(args).output().unwrap()
 }
 
 fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
+    common::output_text(o)
 }
 
 /// A config like the quickstart's, in `dir`, with `agent` as the agent.
@@ -238,7 +231,7 @@ fn events_follow_streams_until_the_run_ends() {
     let last: serde_json::Value =
         serde_json::from_str(String::from_utf8_lossy(&o.stdout).lines().last().unwrap()).unwrap();
     let run = last["run"]["id"].as_str().unwrap().to_string();
-    let follower = Command::new(env!("CARGO_BIN_EXE_keel"))
+    let follower = common::keel_bin()
         .args(["--store", store, "events", &run, "--follow", "--json"])
         .stdout(std::process::Stdio::piped())
         .spawn()

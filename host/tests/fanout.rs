@@ -5,11 +5,11 @@
 mod common;
 
 use common::wasm::{plugin_path, plugins_dir};
-use std::process::{Command, Output};
+use std::process::Output;
 
 fn keel(args: &[&str]) -> Output {
     let cache = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/keel-test-cache");
-    Command::new(env!("CARGO_BIN_EXE_keel"))
+    common::keel_bin()
         .args(["bench", "fanout", "--plugins"])
         .arg(plugins_dir())
         .arg("--cache-dir")
@@ -20,11 +20,7 @@ fn keel(args: &[&str]) -> Output {
 }
 
 fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
+    common::output_text(o)
 }
 
 fn have_plugins() -> bool {

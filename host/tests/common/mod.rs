@@ -133,3 +133,17 @@ pub fn kinds(store: &Store, run_id: &str) -> Vec<String> {
         .collect()
 }
 pub mod wasm;
+
+/// The `keel` binary built for these tests.
+pub fn keel_bin() -> std::process::Command {
+    std::process::Command::new(env!("CARGO_BIN_EXE_keel"))
+}
+
+/// What a finished command printed, stdout then stderr (for messages).
+pub fn output_text(o: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
