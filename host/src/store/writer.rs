@@ -1,7 +1,7 @@
-//! One writer thread per store. Transitions from every run in the process
-//! queue here; the thread commits whatever has queued up as one group (one
-//! SQLite transaction, one sync, a savepoint per transition), so many runs
-//! share the cost of a sync without giving up their own compare-and-set.
+//! One writer thread per store. Writes from every run in the process queue
+//! here; the thread commits whatever has queued up as one group (one SQLite
+//! transaction, one sync; see [`Store::commit_group`]), so many runs share
+//! the cost of a sync without giving up their own compare-and-set.
 
 use super::{Committed, NewEvent, Prepared, Store, StoreError, Transition, Write};
 use crate::types::Run;
