@@ -106,6 +106,7 @@ fn bad_flags_are_usage_errors_that_say_what_is_wrong() {
         (&["--latency=-5ms"], "duration"),
         (&["--sync", "sometimes"], "full or normal"),
         (&["--memory", "--db", "x.db"], "exclude"),
+        (&["--memory", "--sync", "normal"], "never synced"),
         (&["--db", existing], "exists"),
         (&["--agent", "/no/such/agent.wasm"], "no such component"),
     ];

@@ -31,9 +31,9 @@ pub enum BenchCommand {
         /// directory, removed afterwards). Must not exist.
         #[arg(long)]
         db: Option<PathBuf>,
-        /// `full` (every commit synced, the default) or `normal`.
-        #[arg(long, default_value = "full")]
-        sync: String,
+        /// `full` (every commit synced; the default) or `normal`. For a file store only.
+        #[arg(long)]
+        sync: Option<String>,
         /// Where `make plugins` put the components.
         #[arg(long, default_value = "target/plugins")]
         plugins: PathBuf,
@@ -87,14 +87,17 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<i32> {
         cache_dir,
         json,
     } = cmd;
-    let sync = match sync.as_str() {
+    if memory && db.is_some() {
+        bail!("--memory and --db exclude each other");
+    }
+    if memory && sync.is_some() {
+        bail!("--sync applies to a store file; an in-memory store is never synced");
+    }
+    let sync = match sync.as_deref().unwrap_or("full") {
         "full" => Sync::Full,
         "normal" => Sync::Normal,
         other => bail!("--sync: {other:?} is not full or normal"),
     };
-    if memory && db.is_some() {
-        bail!("--memory and --db exclude each other");
-    }
     let tmp;
     let store = if memory {
         StoreMode::Memory
