@@ -7,10 +7,14 @@
 //! * `noop/raw-typed`: a raw typed call of an empty export (a floor).
 //! * `decide`: one-step delta against the full view, 400 steps, small and ~8 KiB.
 //! * `instantiate`: a policy instance from its `InstancePre`, with `init`.
+//! * `import`: a `log` call into the host against a raw import of the same
+//!   signature.
+//! * `view-handoff`: `decide` handed one step of 64 B to 1 MiB (last: it
+//!   sets a byte throughput for the group).
 //!
 //!     cargo bench -p keel-benches --bench hostcall
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use keel::consumer::{EventSink, RunView};
 use keel::model::{ModelGate, StubProvider};
 use keel::wasm::{EngineOptions, PluginLimits, WasmAgent, WasmHost, WasmPolicy, World};
@@ -277,6 +281,50 @@ fn bench_hostcall(c: &mut Criterion) {
             .unwrap()
         })
     });
+    // The view handoff by size: one step whose observation is 64 B to
+    // 1 MiB, handed to `decide` again and again (a new version each time,
+    // so the delta carries it every call).
+    {
+        let script = serde_json::json!({ "script": (0..4).map(|i| serde_json::json!({ "call": { "tool": "echo", "arguments": { "i": i } } })).collect::<Vec<_>>() });
+        let gate = Arc::new(ModelGate::new(Arc::new(StubProvider::default())));
+        let mut a = rt
+            .block_on(WasmAgent::new(
+                &host,
+                &agent,
+                &script.to_string(),
+                &[],
+                &PluginLimits::default(),
+                gate,
+                Arc::new(EventSink::default()),
+            ))
+            .unwrap();
+        let run = bench_run(2);
+        // Versions only grow, across sizes too (the guest refuses older ones).
+        let mut version = 4u32;
+        for (label, size) in [
+            ("64B", 64usize),
+            ("1KiB", 1 << 10),
+            ("16KiB", 16 << 10),
+            ("256KiB", 256 << 10),
+            ("1MiB", 1 << 20),
+        ] {
+            // done_step wraps the padding in ~30 bytes of JSON.
+            let mut step = done_step(0, size.saturating_sub(30).max(1));
+            g.throughput(Throughput::Bytes(size as u64));
+            g.bench_function(BenchmarkId::new("view-handoff", label), |b| {
+                b.iter(|| {
+                    version += 1;
+                    step.version = version;
+                    rt.block_on(a.decide(RunView {
+                        run: &run,
+                        steps: std::slice::from_ref(&step),
+                        approvals: &[],
+                    }))
+                    .unwrap()
+                })
+            });
+        }
+    }
     g.finish();
 }
 
