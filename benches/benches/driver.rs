@@ -146,7 +146,8 @@ fn bench_driver(c: &mut Criterion) {
     g.bench_function("writer-round-trip", |b| {
         let (_dir, runtime) = runtime(Sync::Normal);
         let handle = runtime.store().clone();
-        b.to_async(&rt).iter(|| async { handle.with(|_| ()).await.unwrap() });
+        b.to_async(&rt)
+            .iter(|| async { handle.with(|_| ()).await.unwrap() });
     });
     g.finish();
 }

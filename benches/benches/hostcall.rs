@@ -219,7 +219,9 @@ fn bench_hostcall(c: &mut Criterion) {
     // sandbox's.
     for keel_config in [false, true] {
         let mut config = wasmtime::Config::new();
-        config.consume_fuel(keel_config).epoch_interruption(keel_config);
+        config
+            .consume_fuel(keel_config)
+            .epoch_interruption(keel_config);
         let engine = wasmtime::Engine::new(&config).unwrap();
         // The same import signature as `log` (a level and a 4-byte
         // string), lowered from the guest's memory, with a host function
@@ -261,7 +263,11 @@ fn bench_hostcall(c: &mut Criterion) {
         let f = instance
             .get_typed_func::<(u32,), ()>(&mut store, "run")
             .unwrap();
-        let name = if keel_config { "import/raw-fuel-epoch" } else { "import/raw" };
+        let name = if keel_config {
+            "import/raw-fuel-epoch"
+        } else {
+            "import/raw"
+        };
         for n in [0u32, 100] {
             g.bench_function(BenchmarkId::new(name, n), |b| {
                 b.iter(|| rt.block_on(f.call_async(&mut store, (n,))).unwrap())

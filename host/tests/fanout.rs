@@ -8,7 +8,8 @@ use common::wasm::{plugin_path, plugins_dir};
 use std::process::Output;
 
 fn keel(args: &[&str]) -> Output {
-    let cache = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/keel-test-cache");
+    let cache =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/keel-test-cache");
     common::keel_bin()
         .args(["bench", "fanout", "--plugins"])
         .arg(plugins_dir())
@@ -85,7 +86,15 @@ fn the_in_memory_mode_reports_the_same_journal() {
         return;
     }
     let o = keel(&[
-        "--runs", "100", "--concurrency", "50", "--latency", "0", "--memory", "--json", "-",
+        "--runs",
+        "100",
+        "--concurrency",
+        "50",
+        "--latency",
+        "0",
+        "--memory",
+        "--json",
+        "-",
     ]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
@@ -113,7 +122,15 @@ fn bad_flags_are_usage_errors_that_say_what_is_wrong() {
     for (args, says) in cases {
         let o = keel(args);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o));
-        assert!(text(&o).contains(says), "{args:?} should say {says:?}: {}", text(&o));
+        assert!(
+            text(&o).contains(says),
+            "{args:?} should say {says:?}: {}",
+            text(&o)
+        );
     }
-    assert_eq!(std::fs::read(existing).unwrap(), b"x", "an existing file is left alone");
+    assert_eq!(
+        std::fs::read(existing).unwrap(),
+        b"x",
+        "an existing file is left alone"
+    );
 }

@@ -126,7 +126,11 @@ fn a_write_failing_part_way_fails_alone_and_the_rest_of_its_group_commits() {
             run: r,
             steps: vec![],
             approvals,
-            events: vec![NewEvent::new("step.started", Some(0), serde_json::json!({}))],
+            events: vec![NewEvent::new(
+                "step.started",
+                Some(0),
+                serde_json::json!({}),
+            )],
             model_calls: vec![],
         }
     };

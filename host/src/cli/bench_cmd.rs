@@ -144,7 +144,10 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<i32> {
     Ok(if report.failed == 0 {
         exit::OK
     } else {
-        eprintln!("error: {} of {} runs did not complete", report.failed, report.runs);
+        eprintln!(
+            "error: {} of {} runs did not complete",
+            report.failed, report.runs
+        );
         exit::RUN_FAILED
     })
 }

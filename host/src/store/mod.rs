@@ -134,7 +134,10 @@ impl Prepared {
 #[derive(Debug, Clone)]
 pub enum Write {
     /// A new run and its first events ([`Store::create_run`]).
-    Create { run: Run, events: Vec<NewEvent> },
+    Create {
+        run: Run,
+        events: Vec<NewEvent>,
+    },
     Transition(Transition),
 }
 
