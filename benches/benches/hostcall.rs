@@ -111,19 +111,7 @@ fn bench_hostcall(c: &mut Criterion) {
     // decide: one-step delta against the full view.
     for (label, pad) in [("small", 0usize), ("8KiB", 8 << 10)] {
         let steps: Vec<Step> = (0..400).map(|i| done_step(i, pad)).collect();
-        let script = serde_json::json!({ "script": (0..500).map(|i| serde_json::json!({ "call": { "tool": "echo", "arguments": { "i": i } } })).collect::<Vec<_>>() });
-        let gate = Arc::new(ModelGate::new(Arc::new(StubProvider::default())));
-        let mut a = rt
-            .block_on(WasmAgent::new(
-                &host,
-                &agent,
-                &script.to_string(),
-                &[],
-                &PluginLimits::default(),
-                gate,
-                Arc::new(EventSink::default()),
-            ))
-            .unwrap();
+        let mut a = scripted_agent(&rt, &host, &agent, 500);
         let run = bench_run(401);
         // Hand over 399 steps, then time handing the 400th again and again
         // (the tracker sees a new version each time, so it is re-sent).
@@ -291,19 +279,7 @@ fn bench_hostcall(c: &mut Criterion) {
     // 1 MiB, handed to `decide` again and again (a new version each time,
     // so the delta carries it every call).
     {
-        let script = serde_json::json!({ "script": (0..4).map(|i| serde_json::json!({ "call": { "tool": "echo", "arguments": { "i": i } } })).collect::<Vec<_>>() });
-        let gate = Arc::new(ModelGate::new(Arc::new(StubProvider::default())));
-        let mut a = rt
-            .block_on(WasmAgent::new(
-                &host,
-                &agent,
-                &script.to_string(),
-                &[],
-                &PluginLimits::default(),
-                gate,
-                Arc::new(EventSink::default()),
-            ))
-            .unwrap();
+        let mut a = scripted_agent(&rt, &host, &agent, 4);
         let run = bench_run(2);
         // Versions only grow, across sizes too (the guest refuses older ones).
         let mut version = 4u32;
@@ -332,6 +308,27 @@ fn bench_hostcall(c: &mut Criterion) {
         }
     }
     g.finish();
+}
+
+/// agent-scripted playing `calls` echo calls, instantiated for a bench.
+fn scripted_agent(
+    rt: &tokio::runtime::Runtime,
+    host: &WasmHost,
+    agent: &keel::wasm::Plugin,
+    calls: usize,
+) -> WasmAgent {
+    let script = serde_json::json!({ "script": (0..calls).map(|i| serde_json::json!({ "call": { "tool": "echo", "arguments": { "i": i } } })).collect::<Vec<_>>() });
+    let gate = Arc::new(ModelGate::new(Arc::new(StubProvider::default())));
+    rt.block_on(WasmAgent::new(
+        host,
+        agent,
+        &script.to_string(),
+        &[],
+        &PluginLimits::default(),
+        gate,
+        Arc::new(EventSink::default()),
+    ))
+    .unwrap()
 }
 
 criterion_group!(benches, bench_hostcall);
