@@ -50,6 +50,34 @@ async fn concurrent_runs_share_commits_and_every_run_is_complete() {
     }
 }
 
+/// A run alone commits on its own thread: it pays its commits and no
+/// handoff to the writer thread. Nothing of it is lost for that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_run_commits_without_the_writer_thread() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("keel.db");
+    let rt = runtime(&db);
+    let n = Arc::new(Mutex::new(0));
+    let (c, _rig) = consumers(
+        vec![
+            call("echo", r#"{"i":1}"#),
+            call("echo", r#"{"i":2}"#),
+            Decision::Complete("true".into()),
+        ],
+        vec![counting_tool("echo", Effect::ReadOnly, n)],
+    );
+    let out = rt.start("g", Limits::default(), "{}", c).await.unwrap();
+    assert_eq!(out.run.status, RunStatus::Completed);
+    let stats = rt.store().stats();
+    assert!(stats.transitions >= 9, "{stats:?}");
+    assert_eq!(stats.inline, stats.transactions, "{stats:?}");
+    assert_eq!(stats.transitions, stats.transactions, "{stats:?}");
+    let store = Store::open_read_only(&db).unwrap();
+    let k = kinds(&store, &out.run.id);
+    assert_eq!(k.last().map(String::as_str), Some("run.completed"));
+    assert_eq!(store.load_steps(&out.run.id).unwrap().len(), 3);
+}
+
 #[test]
 fn a_failed_member_of_a_group_rolls_back_alone() {
     let dir = tempfile::tempdir().unwrap();

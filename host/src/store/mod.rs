@@ -390,6 +390,12 @@ impl Store {
         Ok(out)
     }
 
+    /// Commits one prepared write in its own transaction.
+    pub fn commit_prepared_one(&mut self, w: &Prepared) -> Result<Committed, StoreError> {
+        self.writable()?;
+        self.commit_one(w)
+    }
+
     fn commit_one(&mut self, w: &Prepared) -> Result<Committed, StoreError> {
         let tx = self
             .conn

@@ -2,11 +2,19 @@
 //! here; the thread commits whatever has queued up as one group (one SQLite
 //! transaction, one sync; see [`Store::commit_group`]), so many runs share
 //! the cost of a sync without giving up their own compare-and-set.
+//!
+//! A write that finds the store idle (nothing queued, nobody committing)
+//! does not queue: the caller commits it on its own thread. A run alone
+//! then pays its commits and nothing else: no handoff to the writer thread
+//! and back, no thread waking from idle after each sync. The price is that
+//! the caller's thread (a tokio worker) is blocked for that one commit,
+//! which is what the queue would have made it wait for anyway; as soon as
+//! two writes meet, they queue and the writer thread groups them.
 
 use super::{Committed, NewEvent, Prepared, Store, StoreError, Transition, Write};
 use crate::types::Run;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex, MutexGuard, TryLockError};
 use tokio::sync::oneshot;
 
 /// The most transitions committed together.
@@ -23,7 +31,34 @@ enum Job {
 #[derive(Clone)]
 pub struct StoreHandle {
     tx: mpsc::Sender<Job>,
-    stats: Arc<Counters>,
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    store: Mutex<Store>,
+    /// Jobs sent to the writer thread and not yet done by it.
+    queued: AtomicUsize,
+    counters: Counters,
+}
+
+impl Shared {
+    /// The store, even if a panic elsewhere poisoned its lock: every write
+    /// is its own SQLite transaction, so a panic cannot leave one half-done.
+    fn lock(&self) -> MutexGuard<'_, Store> {
+        self.store.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The store if it is idle: nothing queued and nobody holding it.
+    fn try_idle(&self) -> Option<MutexGuard<'_, Store>> {
+        if self.queued.load(Ordering::Acquire) != 0 {
+            return None;
+        }
+        match self.store.try_lock() {
+            Ok(g) => Some(g),
+            Err(TryLockError::Poisoned(e)) => Some(e.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        }
+    }
 }
 
 /// What the writer thread has done so far.
@@ -33,31 +68,41 @@ pub struct WriterStats {
     pub transitions: u64,
     /// SQLite transactions that carried them (one sync each).
     pub transactions: u64,
+    /// Of those transactions, the ones a caller committed on its own thread
+    /// because the store was idle.
+    pub inline: u64,
 }
 
 #[derive(Default)]
 struct Counters {
     transitions: AtomicU64,
     transactions: AtomicU64,
+    inline: AtomicU64,
 }
 
 impl StoreHandle {
     /// Moves `store` onto a new writer thread.
     pub fn spawn(store: Store) -> StoreHandle {
         let (tx, rx) = mpsc::channel::<Job>();
-        let stats = Arc::new(Counters::default());
-        let counters = stats.clone();
+        let shared = Arc::new(Shared {
+            store: Mutex::new(store),
+            queued: AtomicUsize::new(0),
+            counters: Counters::default(),
+        });
+        let theirs = shared.clone();
         std::thread::Builder::new()
             .name("keel-store-writer".into())
-            .spawn(move || writer(store, rx, &counters))
+            .spawn(move || writer(&theirs, rx))
             .expect("spawning the store writer thread");
-        StoreHandle { tx, stats }
+        StoreHandle { tx, shared }
     }
 
     pub fn stats(&self) -> WriterStats {
+        let c = &self.shared.counters;
         WriterStats {
-            transitions: self.stats.transitions.load(Ordering::Relaxed),
-            transactions: self.stats.transactions.load(Ordering::Relaxed),
+            transitions: c.transitions.load(Ordering::Relaxed),
+            transactions: c.transactions.load(Ordering::Relaxed),
+            inline: c.inline.load(Ordering::Relaxed),
         }
     }
 
@@ -78,12 +123,25 @@ impl StoreHandle {
     async fn write(&self, w: Write) -> Result<Committed, StoreError> {
         // Encode here, on the caller's thread: the writer is shared.
         let w = Prepared::new(w);
+        if let Some(mut store) = self.shared.try_idle() {
+            let c = &self.shared.counters;
+            c.transactions.fetch_add(1, Ordering::Relaxed);
+            c.transitions.fetch_add(1, Ordering::Relaxed);
+            c.inline.fetch_add(1, Ordering::Relaxed);
+            return store.commit_prepared_one(&w);
+        }
         let (reply, rx) = oneshot::channel();
-        self.tx
-            .send(Job::Commit(Box::new(w), reply))
-            .map_err(|_| StoreError::Refused("the store writer has stopped".into()))?;
+        self.send(Job::Commit(Box::new(w), reply))?;
         rx.await
             .map_err(|_| StoreError::Refused("the store writer has stopped".into()))?
+    }
+
+    fn send(&self, job: Job) -> Result<(), StoreError> {
+        self.shared.queued.fetch_add(1, Ordering::AcqRel);
+        self.tx.send(job).map_err(|_| {
+            self.shared.queued.fetch_sub(1, Ordering::AcqRel);
+            StoreError::Refused("the store writer has stopped".into())
+        })
     }
 
     /// Runs `f` on the writer thread, in order with the queued commits.
@@ -92,21 +150,23 @@ impl StoreHandle {
         f: impl FnOnce(&mut Store) -> R + Send + 'static,
     ) -> Result<R, StoreError> {
         let (reply, rx) = oneshot::channel();
-        self.tx
-            .send(Job::Call(Box::new(move |s| {
-                let _ = reply.send(f(s));
-            })))
-            .map_err(|_| StoreError::Refused("the store writer has stopped".into()))?;
+        self.send(Job::Call(Box::new(move |s| {
+            let _ = reply.send(f(s));
+        })))?;
         rx.await
             .map_err(|_| StoreError::Refused("the store writer has stopped".into()))
     }
 }
 
-fn writer(mut store: Store, rx: mpsc::Receiver<Job>, stats: &Counters) {
+fn writer(shared: &Shared, rx: mpsc::Receiver<Job>) {
+    let stats = &shared.counters;
     let mut group: Vec<(Prepared, Reply)> = Vec::new();
     while let Ok(first) = rx.recv() {
+        let mut store = shared.lock();
         let mut next = Some(first);
+        let mut taken = 0;
         while let Some(job) = next.take() {
+            taken += 1;
             match job {
                 Job::Commit(t, reply) => group.push((*t, reply)),
                 Job::Call(f) => {
@@ -119,6 +179,8 @@ fn writer(mut store: Store, rx: mpsc::Receiver<Job>, stats: &Counters) {
             }
         }
         flush(&mut store, &mut group, stats);
+        drop(store);
+        shared.queued.fetch_sub(taken, Ordering::AcqRel);
     }
 }
 

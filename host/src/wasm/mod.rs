@@ -155,6 +155,11 @@ impl WasmHost {
         config.max_wasm_stack(opts.max_wasm_stack);
         config.async_stack_size(opts.max_wasm_stack + (1 << 20));
         config.memory_init_cow(opts.cow_images);
+        // `KEEL_PERFMAP=1` writes /tmp/perf-PID.map, so that `perf report`
+        // names the plugins' compiled functions instead of bare addresses.
+        if std::env::var_os("KEEL_PERFMAP").is_some_and(|v| v == "1") {
+            config.profiler(wasmtime::ProfilingStrategy::PerfMap);
+        }
         if opts.pooling {
             let mut pool = PoolingAllocationConfig::new();
             let n = opts.max_instances.max(8);
