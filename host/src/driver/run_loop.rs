@@ -985,11 +985,13 @@ impl<'r> Loop<'r> {
         let result = {
             let tools = self.c.tools.clone();
             let c2 = call.clone();
-            // A native tool that panics takes only its task down.
-            let task = tokio::spawn(async move { tools.call(&c2).await });
+            // A native tool that panics fails only its call. It runs here,
+            // in the loop's task: a task of its own cost a hop to another
+            // worker and back on every step.
+            let call = CatchPanic(Box::pin(async move { tools.call(&c2).await }));
             let joined = match self.remaining() {
-                Some(left) => tokio::time::timeout(left, task).await.ok(),
-                None => Some(task.await),
+                Some(left) => tokio::time::timeout(left, call).await.ok(),
+                None => Some(call.await),
             };
             match joined {
                 None => Err(ToolError::new(
@@ -1069,14 +1071,30 @@ impl<'r> Loop<'r> {
     }
 }
 
-fn panic_message(e: tokio::task::JoinError) -> String {
-    match e.try_into_panic() {
-        Ok(p) => p
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_else(|| "a panic without a message".into()),
-        Err(e) => e.to_string(),
+fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
+    p.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "a panic without a message".into())
+}
+
+/// A future that turns a panic while it is polled into an error. Once it
+/// has panicked it is never polled again.
+struct CatchPanic<F>(std::pin::Pin<Box<F>>);
+
+impl<F: std::future::Future> std::future::Future for CatchPanic<F> {
+    type Output = Result<F::Output, Box<dyn std::any::Any + Send>>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let fut = self.0.as_mut();
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fut.poll(cx))) {
+            Ok(std::task::Poll::Ready(v)) => std::task::Poll::Ready(Ok(v)),
+            Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
+            Err(p) => std::task::Poll::Ready(Err(p)),
+        }
     }
 }
 
