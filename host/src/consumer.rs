@@ -181,7 +181,13 @@ impl EventSink {
 
     /// Everything pushed so far, in order, as events.
     pub fn drain(&self) -> Vec<crate::store::NewEvent> {
-        let pending = std::mem::take(&mut *self.lock());
+        let pending = {
+            let mut g = self.lock();
+            // The next call likely logs as much: room for it up front, so
+            // that the plugin's log calls do not regrow the vector.
+            let room = Vec::with_capacity(g.len());
+            std::mem::replace(&mut *g, room)
+        };
         pending
             .into_iter()
             .map(|p| match p {
