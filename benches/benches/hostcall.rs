@@ -8,7 +8,8 @@
 //! * `decide`: one-step delta against the full view, 400 steps, small and ~8 KiB.
 //! * `instantiate`: a policy instance from its `InstancePre`, with `init`.
 //! * `import`: a `log` call into the host against a raw import of the same
-//!   signature.
+//!   signature; `import/paired` (printed, not a criterion bench) times
+//!   both in alternation and reports the ratio of the medians.
 //! * `view-handoff`: `decide` handed one step of 64 B to 1 MiB (last: it
 //!   sets a byte throughput for the group).
 //!
@@ -161,23 +162,7 @@ fn bench_hostcall(c: &mut Criterion) {
         .load(&dir.join("hostile-agent-rust.wasm"), World::Agent, None)
         .unwrap();
     for n in [0u32, 100] {
-        let limits = PluginLimits {
-            log_lines_per_call: 1_000,
-            ..PluginLimits::default()
-        };
-        let gate = Arc::new(ModelGate::new(Arc::new(StubProvider::default())));
-        let sink = Arc::new(EventSink::default());
-        let mut a = rt
-            .block_on(WasmAgent::new(
-                &host,
-                &hostile,
-                &format!(r#"{{"mode":"logs-{n}"}}"#),
-                &[],
-                &limits,
-                gate,
-                sink.clone(),
-            ))
-            .unwrap();
+        let (mut a, sink) = log_agent(&rt, &host, &hostile, n);
         let run = bench_run(1);
         // The loop drains the sink at its next commit; so does the bench,
         // outside the timed call (turning lines into events is the commit's
@@ -206,51 +191,7 @@ fn bench_hostcall(c: &mut Criterion) {
     // and epoch interruption), to tell the boundary's cost from the
     // sandbox's.
     for keel_config in [false, true] {
-        let mut config = wasmtime::Config::new();
-        config
-            .consume_fuel(keel_config)
-            .epoch_interruption(keel_config);
-        let engine = wasmtime::Engine::new(&config).unwrap();
-        // The same import signature as `log` (a level and a 4-byte
-        // string), lowered from the guest's memory, with a host function
-        // that only takes the lifted string.
-        let wat = r#"(component
-            (import "f" (func $f (param "l" u8) (param "m" string)))
-            (core module $mem (memory (export "m") 1) (data (i32.const 0) "tick"))
-            (core instance $mi (instantiate $mem))
-            (alias core export $mi "m" (core memory $memory))
-            (core func $fl (canon lower (func $f) (memory $memory)))
-            (core module $m
-                (import "host" "f" (func $f (param i32 i32 i32)))
-                (func (export "run") (param $n i32)
-                    (block $done (loop $again
-                        (br_if $done (i32.eqz (local.get $n)))
-                        (call $f (i32.const 1) (i32.const 0) (i32.const 4))
-                        (local.set $n (i32.sub (local.get $n) (i32.const 1)))
-                        (br $again)))))
-            (core instance $h (export "f" (func $fl)))
-            (core instance $i (instantiate $m (with "host" (instance $h))))
-            (func (export "run") (param "n" u32) (canon lift (core func $i "run"))))"#;
-        let component = wasmtime::component::Component::new(&engine, wat).unwrap();
-        let mut linker = wasmtime::component::Linker::<()>::new(&engine);
-        linker
-            .root()
-            .func_wrap("f", |_, (l, m): (u8, String)| {
-                std::hint::black_box((l, m));
-                Ok(())
-            })
-            .unwrap();
-        let mut store = wasmtime::Store::new(&engine, ());
-        if keel_config {
-            store.set_fuel(u64::MAX).unwrap();
-            store.set_epoch_deadline(u64::MAX);
-        }
-        let instance = rt
-            .block_on(linker.instantiate_async(&mut store, &component))
-            .unwrap();
-        let f = instance
-            .get_typed_func::<(u32,), ()>(&mut store, "run")
-            .unwrap();
+        let (mut store, f) = raw_import(&rt, keel_config);
         let name = if keel_config {
             "import/raw-fuel-epoch"
         } else {
@@ -262,6 +203,8 @@ fn bench_hostcall(c: &mut Criterion) {
             });
         }
     }
+
+    paired_imports(&rt, &host, &hostile);
 
     g.bench_function("instantiate/policy-with-init", |b| {
         b.iter(|| {
@@ -329,6 +272,156 @@ fn scripted_agent(
         Arc::new(EventSink::default()),
     ))
     .unwrap()
+}
+
+/// The test agent in `logs-N` mode: each `decide` makes N `log` calls into
+/// the host (rate limit raised so that none is dropped).
+fn log_agent(
+    rt: &tokio::runtime::Runtime,
+    host: &WasmHost,
+    hostile: &keel::wasm::Plugin,
+    n: u32,
+) -> (WasmAgent, Arc<EventSink>) {
+    let limits = PluginLimits {
+        log_lines_per_call: 1_000,
+        ..PluginLimits::default()
+    };
+    let gate = Arc::new(ModelGate::new(Arc::new(StubProvider::default())));
+    let sink = Arc::new(EventSink::default());
+    let a = rt
+        .block_on(WasmAgent::new(
+            host,
+            hostile,
+            &format!(r#"{{"mode":"logs-{n}"}}"#),
+            &[],
+            &limits,
+            gate,
+            sink.clone(),
+        ))
+        .unwrap();
+    (a, sink)
+}
+
+/// A raw component whose `run(n)` export calls a host import n times: the
+/// same signature as `log` (an enum-sized `u8` and a 4-byte string lowered
+/// from the guest's memory), into a host function that only takes the
+/// lifted string. With `keel_config`, on an engine with fuel and epoch
+/// interruption as Keel's.
+fn raw_import(
+    rt: &tokio::runtime::Runtime,
+    keel_config: bool,
+) -> (
+    wasmtime::Store<()>,
+    wasmtime::component::TypedFunc<(u32,), ()>,
+) {
+    let mut config = wasmtime::Config::new();
+    config
+        .consume_fuel(keel_config)
+        .epoch_interruption(keel_config);
+    let engine = wasmtime::Engine::new(&config).unwrap();
+    let wat = r#"(component
+        (import "f" (func $f (param "l" u8) (param "m" string)))
+        (core module $mem (memory (export "m") 1) (data (i32.const 0) "tick"))
+        (core instance $mi (instantiate $mem))
+        (alias core export $mi "m" (core memory $memory))
+        (core func $fl (canon lower (func $f) (memory $memory)))
+        (core module $m
+            (import "host" "f" (func $f (param i32 i32 i32)))
+            (func (export "run") (param $n i32)
+                (block $done (loop $again
+                    (br_if $done (i32.eqz (local.get $n)))
+                    (call $f (i32.const 1) (i32.const 0) (i32.const 4))
+                    (local.set $n (i32.sub (local.get $n) (i32.const 1)))
+                    (br $again)))))
+        (core instance $h (export "f" (func $fl)))
+        (core instance $i (instantiate $m (with "host" (instance $h))))
+        (func (export "run") (param "n" u32) (canon lift (core func $i "run"))))"#;
+    let component = wasmtime::component::Component::new(&engine, wat).unwrap();
+    let mut linker = wasmtime::component::Linker::<()>::new(&engine);
+    linker
+        .root()
+        .func_wrap("f", |_, (l, m): (u8, String)| {
+            std::hint::black_box((l, m));
+            Ok(())
+        })
+        .unwrap();
+    let mut store = wasmtime::Store::new(&engine, ());
+    if keel_config {
+        store.set_fuel(u64::MAX).unwrap();
+        store.set_epoch_deadline(u64::MAX);
+    }
+    let instance = rt
+        .block_on(linker.instantiate_async(&mut store, &component))
+        .unwrap();
+    let f = instance
+        .get_typed_func::<(u32,), ()>(&mut store, "run")
+        .unwrap();
+    (store, f)
+}
+
+/// The import round trip, Keel against raw, measured pairwise: each round
+/// times a call with 100 imports and one with none, on each side, back to
+/// back, so that the machine's drift falls on both sides alike. Prints the
+/// medians of the per-import costs and their ratio (criterion's separate
+/// benches above are seconds apart, and their ratio swings with the drift).
+fn paired_imports(rt: &tokio::runtime::Runtime, host: &WasmHost, hostile: &keel::wasm::Plugin) {
+    use std::time::Instant;
+    const ROUNDS: usize = 3_000;
+    let (mut a0, sink0) = log_agent(rt, host, hostile, 0);
+    let (mut a100, sink100) = log_agent(rt, host, hostile, 100);
+    let (mut store, f) = raw_import(rt, true);
+    let (mut plain, g) = raw_import(rt, false);
+    let run = bench_run(1);
+    let view = || RunView {
+        run: &run,
+        steps: &[],
+        approvals: &[],
+    };
+    let mut keel = Vec::with_capacity(ROUNDS);
+    let mut raw = Vec::with_capacity(ROUNDS);
+    let mut raw_plain = Vec::with_capacity(ROUNDS);
+    for round in 0..ROUNDS + 200 {
+        let t = Instant::now();
+        std::hint::black_box(rt.block_on(a100.decide(view())).unwrap());
+        let k100 = t.elapsed();
+        let t = Instant::now();
+        std::hint::black_box(rt.block_on(a0.decide(view())).unwrap());
+        let k0 = t.elapsed();
+        std::hint::black_box((sink100.drain(), sink0.drain()));
+        let t = Instant::now();
+        rt.block_on(f.call_async(&mut store, (100,))).unwrap();
+        let r100 = t.elapsed();
+        let t = Instant::now();
+        rt.block_on(f.call_async(&mut store, (0,))).unwrap();
+        let r0 = t.elapsed();
+        let t = Instant::now();
+        rt.block_on(g.call_async(&mut plain, (100,))).unwrap();
+        let p100 = t.elapsed();
+        let t = Instant::now();
+        rt.block_on(g.call_async(&mut plain, (0,))).unwrap();
+        let p0 = t.elapsed();
+        if round >= 200 {
+            // The first rounds warm caches and the allocator.
+            keel.push((k100.as_nanos() as f64 - k0.as_nanos() as f64) / 100.0);
+            raw.push((r100.as_nanos() as f64 - r0.as_nanos() as f64) / 100.0);
+            raw_plain.push((p100.as_nanos() as f64 - p0.as_nanos() as f64) / 100.0);
+        }
+    }
+    let k = quantile(&mut keel, 0.5);
+    let r = quantile(&mut raw, 0.5);
+    let p = quantile(&mut raw_plain, 0.5);
+    println!(
+        "import/paired: per import, medians of {ROUNDS} interleaved rounds: \
+         keel {k:.0} ns; raw, default engine {p:.0} ns (keel/raw {:.2}); \
+         raw, fuel and epochs {r:.0} ns (keel/raw {:.2})",
+        k / p,
+        k / r
+    );
+}
+
+fn quantile(v: &mut [f64], q: f64) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[((v.len() - 1) as f64 * q).round() as usize]
 }
 
 criterion_group!(benches, bench_hostcall);
