@@ -1,6 +1,10 @@
 //! Per-step time of the loop at 10, 100 and 400 steps, small and ~8 KiB
 //! observations, synchronous=FULL and NORMAL, against the bare cost of the
 //! step's commits. Criterion reports time per run; divide by n for per step.
+//! Before the criterion benches, every run prints two ratios measured in
+//! alternation (`step/paired`: a step against its bare commits;
+//! `wasm/paired`: wasm consumers against native at 400 × 8 KiB), which the
+//! machine's drift does not skew the way it skews separate benches.
 //!
 //!     cargo bench -p keel-benches --bench driver
 
@@ -21,6 +25,7 @@ fn bench_driver(c: &mut Criterion) {
         .enable_all()
         .build()
         .unwrap();
+    paired_steps(&rt);
     let mut g = c.benchmark_group("driver");
     g.sample_size(10);
     // Wasm agent and policy (Rust agent-scripted and policy-rules) against
@@ -41,6 +46,7 @@ fn bench_driver(c: &mut Criterion) {
             None,
         )
         .unwrap();
+    paired_wasm(&rt, &host, &agent, &policy);
     for sync in [Sync::Full, Sync::Normal] {
         for (label, pad) in [("small", 0usize), ("8KiB", 8 << 10)] {
             for n in [10u32, 400] {
@@ -95,46 +101,7 @@ fn bench_driver(c: &mut Criterion) {
                 store.create_run(&run, vec![]).unwrap();
                 let mut i = 0u32;
                 b.iter(|| {
-                    for state in [
-                        StepState::Started,
-                        StepState::Decided,
-                        StepState::Executing,
-                        StepState::Done,
-                    ] {
-                        let step = Step {
-                            index: i,
-                            version: 1,
-                            state,
-                            decision: Some(Decision::Call(ToolCall {
-                                tool: "echo".into(),
-                                arguments: format!("{{\"i\":{i}}}"),
-                            })),
-                            call: None,
-                            effect: None,
-                            verdict: None,
-                            observation: None,
-                            started_at: 0,
-                            updated_at: 0,
-                        };
-                        run.step_count = i + 1;
-                        store
-                            .commit(Transition {
-                                expect: Expect {
-                                    status: RunStatus::Running,
-                                    owner: Some("bench".into()),
-                                },
-                                run: run.clone(),
-                                steps: vec![step],
-                                approvals: vec![],
-                                events: vec![NewEvent::new(
-                                    "step.bench",
-                                    Some(i),
-                                    serde_json::json!({}),
-                                )],
-                                model_calls: vec![],
-                            })
-                            .unwrap();
-                    }
+                    bare_step(&mut store, &mut run, i);
                     i += 1;
                 });
             },
@@ -150,6 +117,146 @@ fn bench_driver(c: &mut Criterion) {
             .iter(|| async { handle.with(|_| ()).await.unwrap() });
     });
     g.finish();
+}
+
+/// The four commits of step `i` (started, decided, executing, done), with
+/// the rows a step writes, straight into the store: the floor of a step.
+fn bare_step(store: &mut Store, run: &mut Run, i: u32) {
+    for state in [
+        StepState::Started,
+        StepState::Decided,
+        StepState::Executing,
+        StepState::Done,
+    ] {
+        let step = Step {
+            index: i,
+            version: 1,
+            state,
+            decision: Some(Decision::Call(ToolCall {
+                tool: "echo".into(),
+                arguments: format!("{{\"i\":{i}}}"),
+            })),
+            call: None,
+            effect: None,
+            verdict: None,
+            observation: None,
+            started_at: 0,
+            updated_at: 0,
+        };
+        run.step_count = i + 1;
+        store
+            .commit(Transition {
+                expect: Expect {
+                    status: RunStatus::Running,
+                    owner: Some("bench".into()),
+                },
+                run: run.clone(),
+                steps: vec![step],
+                approvals: vec![],
+                events: vec![NewEvent::new("step.bench", Some(i), serde_json::json!({}))],
+                model_calls: vec![],
+            })
+            .unwrap();
+    }
+}
+
+/// A step against the bare cost of its commits, measured pairwise: each
+/// round runs the loop for 100 steps and then makes 100 steps' bare
+/// commits on a store of its own, back to back, so that the machine's
+/// drift falls on both alike. Prints the median of the rounds' ratios.
+fn paired_steps(rt: &tokio::runtime::Runtime) {
+    const N: u32 = 100;
+    const ROUNDS: usize = 15;
+    for sync in [Sync::Full, Sync::Normal] {
+        let (_dir, runtime) = runtime(sync);
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(dir.path().join("c.db"), sync).unwrap();
+        let mut run = bare_run();
+        store.create_run(&run, vec![]).unwrap();
+        let mut i = 0u32;
+        let mut ratios = Vec::with_capacity(ROUNDS);
+        let (mut steps, mut bares) = (Vec::new(), Vec::new());
+        for round in 0..ROUNDS + 2 {
+            let t = std::time::Instant::now();
+            let out = rt
+                .block_on(runtime.start("bench", limits(N), "{}", native_consumers(N, 0)))
+                .unwrap();
+            assert_eq!(out.run.status, RunStatus::Completed);
+            let step = t.elapsed().as_secs_f64() / N as f64;
+            let t = std::time::Instant::now();
+            for _ in 0..N {
+                bare_step(&mut store, &mut run, i);
+                i += 1;
+            }
+            let bare = t.elapsed().as_secs_f64() / N as f64;
+            if round >= 2 {
+                ratios.push(step / bare);
+                steps.push(step);
+                bares.push(bare);
+            }
+        }
+        let med = |v: &mut Vec<f64>| {
+            v.sort_by(|a, b| a.total_cmp(b));
+            v[v.len() / 2]
+        };
+        let (lo, hi) = (
+            ratios.iter().cloned().fold(f64::MAX, f64::min),
+            ratios.iter().cloned().fold(0.0, f64::max),
+        );
+        println!(
+            "step/paired/{sync:?}: {N}-step runs against {N} steps' bare commits, \
+             medians of {ROUNDS} interleaved rounds: step {:.0} us, bare {:.0} us, \
+             ratio {:.2} (range {lo:.2}-{hi:.2})",
+            med(&mut steps) * 1e6,
+            med(&mut bares) * 1e6,
+            med(&mut ratios)
+        );
+    }
+}
+
+/// Wasm agent and policy against native ones at 400 steps × 8 KiB,
+/// measured pairwise: each round runs one of each, back to back, on the
+/// same store. Prints the median of the rounds' ratios.
+fn paired_wasm(
+    rt: &tokio::runtime::Runtime,
+    host: &keel::wasm::WasmHost,
+    agent: &keel::wasm::Plugin,
+    policy: &keel::wasm::Plugin,
+) {
+    const N: u32 = 400;
+    const PAD: usize = 8 << 10;
+    const ROUNDS: usize = 11;
+    for sync in [Sync::Full, Sync::Normal] {
+        let (_dir, runtime) = runtime(sync);
+        let mut ratios = Vec::with_capacity(ROUNDS);
+        for round in 0..ROUNDS + 1 {
+            let t = std::time::Instant::now();
+            let c = rt.block_on(wasm_consumers(host, agent, policy, N, PAD));
+            let out = rt
+                .block_on(runtime.start("bench", limits(N), "{}", c))
+                .unwrap();
+            assert_eq!(out.run.status, RunStatus::Completed);
+            let wasm = t.elapsed().as_secs_f64();
+            let t = std::time::Instant::now();
+            let c = native_consumers(N, PAD);
+            let out = rt
+                .block_on(runtime.start("bench", limits(N), "{}", c))
+                .unwrap();
+            assert_eq!(out.run.status, RunStatus::Completed);
+            let native = t.elapsed().as_secs_f64();
+            if round >= 1 {
+                ratios.push(wasm / native);
+            }
+        }
+        ratios.sort_by(|a, b| a.total_cmp(b));
+        println!(
+            "wasm/paired/{sync:?}: {N} steps x 8 KiB, wasm agent and policy against native, \
+             median of {ROUNDS} interleaved rounds: ratio {:.2} (range {:.2}-{:.2})",
+            ratios[ROUNDS / 2],
+            ratios[0],
+            ratios[ROUNDS - 1]
+        );
+    }
 }
 
 fn bare_run() -> Run {
