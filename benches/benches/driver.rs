@@ -195,21 +195,15 @@ fn paired_steps(rt: &tokio::runtime::Runtime) {
                 bares.push(bare);
             }
         }
-        let med = |v: &mut Vec<f64>| {
-            v.sort_by(|a, b| a.total_cmp(b));
-            v[v.len() / 2]
-        };
-        let (lo, hi) = (
-            ratios.iter().cloned().fold(f64::MAX, f64::min),
-            ratios.iter().cloned().fold(0.0, f64::max),
-        );
+        let mid = median(&mut ratios); // sorts
         println!(
             "step/paired/{sync:?}: {N}-step runs against {N} steps' bare commits, \
              medians of {ROUNDS} interleaved rounds: step {:.0} us, bare {:.0} us, \
-             ratio {:.2} (range {lo:.2}-{hi:.2})",
-            med(&mut steps) * 1e6,
-            med(&mut bares) * 1e6,
-            med(&mut ratios)
+             ratio {mid:.2} (range {:.2}-{:.2})",
+            median(&mut steps) * 1e6,
+            median(&mut bares) * 1e6,
+            ratios[0],
+            ratios[ROUNDS - 1]
         );
     }
 }
@@ -248,11 +242,10 @@ fn paired_wasm(
                 ratios.push(wasm / native);
             }
         }
-        ratios.sort_by(|a, b| a.total_cmp(b));
+        let mid = median(&mut ratios); // sorts
         println!(
             "wasm/paired/{sync:?}: {N} steps x 8 KiB, wasm agent and policy against native, \
-             median of {ROUNDS} interleaved rounds: ratio {:.2} (range {:.2}-{:.2})",
-            ratios[ROUNDS / 2],
+             median of {ROUNDS} interleaved rounds: ratio {mid:.2} (range {:.2}-{:.2})",
             ratios[0],
             ratios[ROUNDS - 1]
         );

@@ -21,7 +21,9 @@ use keel::model::{ModelGate, StubProvider};
 use keel::wasm::{EngineOptions, PluginLimits, WasmAgent, WasmHost, WasmPolicy, World};
 use keel::*;
 use keel_benches::*;
+use std::hint::black_box;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 fn bench_hostcall(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -365,7 +367,6 @@ fn raw_import(
 /// medians of the per-import costs and their ratio (criterion's separate
 /// benches above are seconds apart, and their ratio swings with the drift).
 fn paired_imports(rt: &tokio::runtime::Runtime, host: &WasmHost, hostile: &keel::wasm::Plugin) {
-    use std::time::Instant;
     const ROUNDS: usize = 3_000;
     let (mut a0, sink0) = log_agent(rt, host, hostile, 0);
     let (mut a100, sink100) = log_agent(rt, host, hostile, 100);
@@ -380,36 +381,28 @@ fn paired_imports(rt: &tokio::runtime::Runtime, host: &WasmHost, hostile: &keel:
     let mut keel = Vec::with_capacity(ROUNDS);
     let mut raw = Vec::with_capacity(ROUNDS);
     let mut raw_plain = Vec::with_capacity(ROUNDS);
+    // Per import, in ns: a call making 100 imports minus one making none.
+    let per_import = |with: Duration, without: Duration| {
+        (with.as_nanos() as f64 - without.as_nanos() as f64) / 100.0
+    };
     for round in 0..ROUNDS + 200 {
-        let t = Instant::now();
-        std::hint::black_box(rt.block_on(a100.decide(view())).unwrap());
-        let k100 = t.elapsed();
-        let t = Instant::now();
-        std::hint::black_box(rt.block_on(a0.decide(view())).unwrap());
-        let k0 = t.elapsed();
-        std::hint::black_box((sink100.drain(), sink0.drain()));
-        let t = Instant::now();
-        rt.block_on(f.call_async(&mut store, (100,))).unwrap();
-        let r100 = t.elapsed();
-        let t = Instant::now();
-        rt.block_on(f.call_async(&mut store, (0,))).unwrap();
-        let r0 = t.elapsed();
-        let t = Instant::now();
-        rt.block_on(g.call_async(&mut plain, (100,))).unwrap();
-        let p100 = t.elapsed();
-        let t = Instant::now();
-        rt.block_on(g.call_async(&mut plain, (0,))).unwrap();
-        let p0 = t.elapsed();
+        let k100 = timed(|| black_box(rt.block_on(a100.decide(view())).unwrap()));
+        let k0 = timed(|| black_box(rt.block_on(a0.decide(view())).unwrap()));
+        black_box((sink100.drain(), sink0.drain()));
+        let r100 = timed(|| rt.block_on(f.call_async(&mut store, (100,))).unwrap());
+        let r0 = timed(|| rt.block_on(f.call_async(&mut store, (0,))).unwrap());
+        let p100 = timed(|| rt.block_on(g.call_async(&mut plain, (100,))).unwrap());
+        let p0 = timed(|| rt.block_on(g.call_async(&mut plain, (0,))).unwrap());
         if round >= 200 {
             // The first rounds warm caches and the allocator.
-            keel.push((k100.as_nanos() as f64 - k0.as_nanos() as f64) / 100.0);
-            raw.push((r100.as_nanos() as f64 - r0.as_nanos() as f64) / 100.0);
-            raw_plain.push((p100.as_nanos() as f64 - p0.as_nanos() as f64) / 100.0);
+            keel.push(per_import(k100, k0));
+            raw.push(per_import(r100, r0));
+            raw_plain.push(per_import(p100, p0));
         }
     }
-    let k = quantile(&mut keel, 0.5);
-    let r = quantile(&mut raw, 0.5);
-    let p = quantile(&mut raw_plain, 0.5);
+    let k = median(&mut keel);
+    let r = median(&mut raw);
+    let p = median(&mut raw_plain);
     println!(
         "import/paired: per import, medians of {ROUNDS} interleaved rounds: \
          keel {k:.0} ns; raw, default engine {p:.0} ns (keel/raw {:.2}); \
@@ -419,9 +412,10 @@ fn paired_imports(rt: &tokio::runtime::Runtime, host: &WasmHost, hostile: &keel:
     );
 }
 
-fn quantile(v: &mut [f64], q: f64) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[((v.len() - 1) as f64 * q).round() as usize]
+fn timed<R>(f: impl FnOnce() -> R) -> Duration {
+    let t = Instant::now();
+    black_box(f());
+    t.elapsed()
 }
 
 criterion_group!(benches, bench_hostcall);

@@ -85,6 +85,12 @@ pub fn limits(n: u32) -> Limits {
     }
 }
 
+/// The median of `v` (sorted in place).
+pub fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    keel::bench::quantile(v, 0.5)
+}
+
 /// Where `make plugins` put the components.
 pub fn plugins_dir() -> std::path::PathBuf {
     std::env::var_os("KEEL_PLUGINS")

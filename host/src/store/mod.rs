@@ -391,7 +391,7 @@ impl Store {
     }
 
     /// Commits one prepared write in its own transaction.
-    pub fn commit_prepared_one(&mut self, w: &Prepared) -> Result<Committed, StoreError> {
+    pub(crate) fn commit_prepared_one(&mut self, w: &Prepared) -> Result<Committed, StoreError> {
         self.writable()?;
         self.commit_one(w)
     }

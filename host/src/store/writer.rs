@@ -27,7 +27,8 @@ enum Job {
     Call(Box<dyn FnOnce(&mut Store) + Send>),
 }
 
-/// A cloneable, async handle on a store owned by its writer thread.
+/// A cloneable, async handle on a store shared by its writer thread and,
+/// when the store is idle, the callers themselves.
 #[derive(Clone)]
 pub struct StoreHandle {
     tx: mpsc::Sender<Job>,
@@ -80,6 +81,18 @@ struct Counters {
     inline: AtomicU64,
 }
 
+impl Counters {
+    /// One SQLite transaction carrying `transitions` writes.
+    fn record(&self, transitions: usize, inline: bool) {
+        self.transactions.fetch_add(1, Ordering::Relaxed);
+        self.transitions
+            .fetch_add(transitions as u64, Ordering::Relaxed);
+        if inline {
+            self.inline.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
 impl StoreHandle {
     /// Moves `store` onto a new writer thread.
     pub fn spawn(store: Store) -> StoreHandle {
@@ -124,10 +137,7 @@ impl StoreHandle {
         // Encode here, on the caller's thread: the writer is shared.
         let w = Prepared::new(w);
         if let Some(mut store) = self.shared.try_idle() {
-            let c = &self.shared.counters;
-            c.transactions.fetch_add(1, Ordering::Relaxed);
-            c.transitions.fetch_add(1, Ordering::Relaxed);
-            c.inline.fetch_add(1, Ordering::Relaxed);
+            self.shared.counters.record(1, true);
             return store.commit_prepared_one(&w);
         }
         let (reply, rx) = oneshot::channel();
@@ -188,10 +198,7 @@ fn flush(store: &mut Store, group: &mut Vec<(Prepared, Reply)>, stats: &Counters
     if group.is_empty() {
         return;
     }
-    stats.transactions.fetch_add(1, Ordering::Relaxed);
-    stats
-        .transitions
-        .fetch_add(group.len() as u64, Ordering::Relaxed);
+    stats.record(group.len(), false);
     let (ws, replies): (Vec<_>, Vec<_>) = std::mem::take(group).into_iter().unzip();
     match store.commit_prepared(ws) {
         Ok(results) => {
