@@ -219,35 +219,42 @@ fn paired_wasm(
 ) {
     const N: u32 = 400;
     const PAD: usize = 8 << 10;
-    const ROUNDS: usize = 11;
+    const ROUNDS: usize = 21;
     for sync in [Sync::Full, Sync::Normal] {
         let (_dir, runtime) = runtime(sync);
         let mut ratios = Vec::with_capacity(ROUNDS);
+        let (mut wasm_faults, mut native_faults) = (Vec::new(), Vec::new());
         for round in 0..ROUNDS + 1 {
-            let t = std::time::Instant::now();
+            let (t, f) = (std::time::Instant::now(), minor_faults());
             let c = rt.block_on(wasm_consumers(host, agent, policy, N, PAD));
             let out = rt
                 .block_on(runtime.start("bench", limits(N), "{}", c))
                 .unwrap();
             assert_eq!(out.run.status, RunStatus::Completed);
-            let wasm = t.elapsed().as_secs_f64();
-            let t = std::time::Instant::now();
+            let (wasm, wf) = (t.elapsed().as_secs_f64(), minor_faults() - f);
+            let (t, f) = (std::time::Instant::now(), minor_faults());
             let c = native_consumers(N, PAD);
             let out = rt
                 .block_on(runtime.start("bench", limits(N), "{}", c))
                 .unwrap();
             assert_eq!(out.run.status, RunStatus::Completed);
-            let native = t.elapsed().as_secs_f64();
+            let (native, nf) = (t.elapsed().as_secs_f64(), minor_faults() - f);
+            // The first round warms the pool slots; the others reuse them.
             if round >= 1 {
                 ratios.push(wasm / native);
+                wasm_faults.push(wf as f64);
+                native_faults.push(nf as f64);
             }
         }
         let mid = median(&mut ratios); // sorts
         println!(
             "wasm/paired/{sync:?}: {N} steps x 8 KiB, wasm agent and policy against native, \
-             median of {ROUNDS} interleaved rounds: ratio {mid:.2} (range {:.2}-{:.2})",
+             median of {ROUNDS} interleaved rounds: ratio {mid:.2} (range {:.2}-{:.2}); \
+             page faults per run: wasm {}, native {}",
             ratios[0],
-            ratios[ROUNDS - 1]
+            ratios[ROUNDS - 1],
+            median(&mut wasm_faults),
+            median(&mut native_faults),
         );
     }
 }

@@ -10,6 +10,9 @@ pub struct View {
     run: Option<RunInfo>,
     steps: Vec<Step>,
     approvals: Vec<Approval>,
+    /// How many of `steps` carry a decision, kept up to date by `apply` so
+    /// that agents asking every call do not walk the whole run.
+    decided: usize,
 }
 
 /// A delta that cannot be applied to the view held so far. The view is left
@@ -78,13 +81,16 @@ impl View {
         if delta.reset {
             self.steps.clear();
             self.approvals.clear();
+            self.decided = 0;
         }
         for step in delta.steps {
             let i = step.index as usize;
+            self.decided += usize::from(step.decision.is_some());
             if i == self.steps.len() {
                 self.steps.push(step);
             } else {
-                self.steps[i] = step;
+                let old = std::mem::replace(&mut self.steps[i], step);
+                self.decided -= usize::from(old.decision.is_some());
             }
         }
         for approval in delta.approvals {
@@ -120,7 +126,7 @@ impl View {
 
     /// Number of steps that carry a decision.
     pub fn decided_steps(&self) -> usize {
-        self.steps.iter().filter(|s| s.decision.is_some()).count()
+        self.decided
     }
 }
 
@@ -183,6 +189,33 @@ mod tests {
         assert_eq!(v.steps()[1].state, StepState::Done);
         assert_eq!(v.steps()[1].version, 2);
         assert_eq!(v.decided_steps(), 3);
+    }
+
+    #[test]
+    fn decided_steps_follows_replacements_and_resets() {
+        let undecided = |index, version| Step {
+            decision: None,
+            ..step(index, version, StepState::Started)
+        };
+        let mut v = View::default();
+        v.apply(delta(
+            true,
+            vec![step(0, 1, StepState::Done), undecided(1, 1)],
+        ))
+        .unwrap();
+        assert_eq!(v.decided_steps(), 1);
+        v.apply(delta(false, vec![step(1, 2, StepState::Decided)]))
+            .unwrap();
+        assert_eq!(v.decided_steps(), 2);
+        // A failed delta changes nothing, the count included.
+        assert!(v.apply(delta(false, vec![undecided(1, 2)])).is_err());
+        assert_eq!(v.decided_steps(), 2);
+        v.apply(delta(true, vec![undecided(0, 1)])).unwrap();
+        assert_eq!(v.decided_steps(), 0);
+        assert_eq!(
+            v.decided_steps(),
+            v.steps().iter().filter(|s| s.decision.is_some()).count()
+        );
     }
 
     #[test]
