@@ -94,30 +94,54 @@ fn verdict_out(v: &Verdict) -> wit::Verdict {
     }
 }
 
+pub fn step_state_out(s: StepState) -> wit::StepState {
+    match s {
+        StepState::Started => wit::StepState::Started,
+        StepState::Decided => wit::StepState::Decided,
+        StepState::AwaitingApproval => wit::StepState::AwaitingApproval,
+        StepState::Executing => wit::StepState::Executing,
+        StepState::Done => wit::StepState::Done,
+        StepState::Interrupted => wit::StepState::Interrupted,
+    }
+}
+
+pub fn observation_kind_out(k: ObservationKind) -> wit::ObservationKind {
+    match k {
+        ObservationKind::ToolResult => wit::ObservationKind::ToolResult,
+        ObservationKind::ToolError => wit::ObservationKind::ToolError,
+        ObservationKind::Denied => wit::ObservationKind::Denied,
+        ObservationKind::InvalidDecision => wit::ObservationKind::InvalidDecision,
+        ObservationKind::Final => wit::ObservationKind::Final,
+    }
+}
+
 pub fn step_out(s: &Step) -> wit::Step {
     wit::Step {
         index: s.index,
         version: s.version,
-        state: match s.state {
-            StepState::Started => wit::StepState::Started,
-            StepState::Decided => wit::StepState::Decided,
-            StepState::AwaitingApproval => wit::StepState::AwaitingApproval,
-            StepState::Executing => wit::StepState::Executing,
-            StepState::Done => wit::StepState::Done,
-            StepState::Interrupted => wit::StepState::Interrupted,
-        },
+        state: step_state_out(s.state),
         decision: s.decision.as_ref().map(decision_out),
         verdict: s.verdict.as_ref().map(verdict_out),
         observation: s.observation.as_ref().map(|o| wit::Observation {
-            kind: match o.kind {
-                ObservationKind::ToolResult => wit::ObservationKind::ToolResult,
-                ObservationKind::ToolError => wit::ObservationKind::ToolError,
-                ObservationKind::Denied => wit::ObservationKind::Denied,
-                ObservationKind::InvalidDecision => wit::ObservationKind::InvalidDecision,
-                ObservationKind::Final => wit::ObservationKind::Final,
-            },
+            kind: observation_kind_out(o.kind),
             content: o.content.clone(),
         }),
+    }
+}
+
+pub fn approval_kind_out(k: ApprovalKind) -> wit::ApprovalKind {
+    match k {
+        ApprovalKind::Policy => wit::ApprovalKind::Policy,
+        ApprovalKind::InterruptedSideEffect => wit::ApprovalKind::InterruptedSideEffect,
+    }
+}
+
+pub fn approval_status_out(s: ApprovalStatus) -> wit::ApprovalStatus {
+    match s {
+        ApprovalStatus::Pending => wit::ApprovalStatus::Pending,
+        ApprovalStatus::Approved => wit::ApprovalStatus::Approved,
+        ApprovalStatus::Denied => wit::ApprovalStatus::Denied,
+        ApprovalStatus::Expired => wit::ApprovalStatus::Expired,
     }
 }
 
@@ -125,16 +149,8 @@ pub fn approval_out(a: &Approval) -> wit::Approval {
     wit::Approval {
         id: a.id.clone(),
         step_index: a.step_index,
-        kind: match a.kind {
-            ApprovalKind::Policy => wit::ApprovalKind::Policy,
-            ApprovalKind::InterruptedSideEffect => wit::ApprovalKind::InterruptedSideEffect,
-        },
-        status: match a.status {
-            ApprovalStatus::Pending => wit::ApprovalStatus::Pending,
-            ApprovalStatus::Approved => wit::ApprovalStatus::Approved,
-            ApprovalStatus::Denied => wit::ApprovalStatus::Denied,
-            ApprovalStatus::Expired => wit::ApprovalStatus::Expired,
-        },
+        kind: approval_kind_out(a.kind),
+        status: approval_status_out(a.status),
         call: call_out(&a.call),
         reason: a.reason.clone(),
         decided_by: a.decided_by.clone(),
@@ -142,17 +158,21 @@ pub fn approval_out(a: &Approval) -> wit::Approval {
     }
 }
 
+pub fn run_status_out(s: RunStatus) -> wit::RunStatus {
+    match s {
+        RunStatus::Running => wit::RunStatus::Running,
+        RunStatus::WaitingForApproval => wit::RunStatus::WaitingForApproval,
+        RunStatus::Completed => wit::RunStatus::Completed,
+        RunStatus::Failed => wit::RunStatus::Failed,
+        RunStatus::Cancelled => wit::RunStatus::Cancelled,
+    }
+}
+
 pub fn run_out(r: &Run, step_count: u32) -> wit::RunInfo {
     wit::RunInfo {
         id: r.id.clone(),
         goal: r.goal.clone(),
-        status: match r.status {
-            RunStatus::Running => wit::RunStatus::Running,
-            RunStatus::WaitingForApproval => wit::RunStatus::WaitingForApproval,
-            RunStatus::Completed => wit::RunStatus::Completed,
-            RunStatus::Failed => wit::RunStatus::Failed,
-            RunStatus::Cancelled => wit::RunStatus::Cancelled,
-        },
+        status: run_status_out(r.status),
         step_count,
         model_calls: r.model_calls,
         tokens: r.tokens,

@@ -2,9 +2,9 @@
 //! each call carries only what changed.
 
 use super::bindings::wit;
-use super::convert;
+use super::{convert, lower};
 use crate::consumer::RunView;
-use crate::types::ApprovalStatus;
+use crate::types::{Approval, ApprovalStatus, Step};
 use std::collections::HashMap;
 
 /// What one live instance holds of the run.
@@ -18,10 +18,34 @@ pub struct DeltaTracker {
 }
 
 impl DeltaTracker {
-    /// The delta from what the instance holds to `view`; the tracker then
-    /// assumes the instance holds `view`. Cost: O(steps) integer compares,
-    /// O(changed) conversions and copies.
-    pub fn delta(&mut self, view: RunView<'_>) -> wit::ViewDelta {
+    /// The delta from what the instance holds to `view`, borrowing from it;
+    /// the tracker then assumes the instance holds `view`. Cost: O(steps)
+    /// integer compares, O(changed) conversions, no copies.
+    pub fn delta<'a>(&mut self, view: RunView<'a>) -> lower::ViewDeltaRef<'a> {
+        let (reset, steps, approvals) = self.changes(view);
+        lower::ViewDeltaRef {
+            reset,
+            run: lower::run(view.run, view.run.step_count),
+            steps: steps.into_iter().map(lower::step).collect(),
+            approvals: approvals.into_iter().map(lower::approval).collect(),
+        }
+    }
+
+    /// The same delta as owned WIT values, for calls through the generated
+    /// bindings (benchmarks compare the two).
+    pub fn delta_owned(&mut self, view: RunView<'_>) -> wit::ViewDelta {
+        let (reset, steps, approvals) = self.changes(view);
+        wit::ViewDelta {
+            reset,
+            run: convert::run_out(view.run, view.run.step_count),
+            steps: steps.into_iter().map(convert::step_out).collect(),
+            approvals: approvals.into_iter().map(convert::approval_out).collect(),
+        }
+    }
+
+    /// Whether the instance must reset, and the steps and approvals it does
+    /// not hold as they are in `view`; records them as held.
+    fn changes<'a>(&mut self, view: RunView<'a>) -> (bool, Vec<&'a Step>, Vec<&'a Approval>) {
         let reset = !self.started || view.steps.len() < self.steps.len();
         if reset {
             self.steps.clear();
@@ -32,7 +56,7 @@ impl DeltaTracker {
         for s in view.steps {
             let i = s.index as usize;
             if self.steps.get(i) != Some(&s.version) {
-                steps.push(convert::step_out(s));
+                steps.push(s);
                 if i < self.steps.len() {
                     self.steps[i] = s.version;
                 } else {
@@ -43,16 +67,11 @@ impl DeltaTracker {
         let mut approvals = Vec::new();
         for a in view.approvals {
             if self.approvals.get(&a.id) != Some(&a.status) {
-                approvals.push(convert::approval_out(a));
+                approvals.push(a);
                 self.approvals.insert(a.id.clone(), a.status);
             }
         }
-        wit::ViewDelta {
-            reset,
-            run: convert::run_out(view.run, view.run.step_count),
-            steps,
-            approvals,
-        }
+        (reset, steps, approvals)
     }
 
     /// The instance may not hold what was last handed (its call failed):

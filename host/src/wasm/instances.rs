@@ -2,7 +2,7 @@
 
 use super::bindings::{agent, policy, tool, wit};
 use super::limits::{classify, PluginLimits};
-use super::{convert, delta::DeltaTracker, HostState, Plugin, PluginPre, WasmHost};
+use super::{convert, delta::DeltaTracker, lower, HostState, Plugin, PluginPre, WasmHost};
 use crate::consumer::{
     Agent, ConsumerError, EventSink, Policy, RunView, ToolError, ToolProvider, TrapKind,
 };
@@ -89,7 +89,7 @@ fn no_capabilities() -> WasiCtxBuilder {
 /// An agent component serving one run.
 pub struct WasmAgent {
     store: Store<HostState>,
-    bindings: agent::Agent,
+    decide: lower::Decide,
     tracker: DeltaTracker,
     dead: Option<ConsumerError>,
 }
@@ -115,10 +115,14 @@ impl WasmAgent {
         store.data_mut().model = Some(model);
         store.data_mut().sink = Some(sink);
         arm(&mut store)?;
-        let bindings = pre
+        let instance = pre
+            .instance_pre()
             .instantiate_async(&mut store)
             .await
             .map_err(|e| trapped(&store, &e))?;
+        let bindings = agent::Agent::new(&mut store, &instance).map_err(|e| trapped(&store, &e))?;
+        let decide = lower::Decide::new(&mut store, &instance)
+            .map_err(|e| ConsumerError::Failed(format!("{}: {e}", plugin.name)))?;
         let specs: Vec<_> = tools.iter().map(convert::tool_spec_out).collect();
         arm(&mut store)?;
         match bindings
@@ -136,7 +140,7 @@ impl WasmAgent {
         }
         Ok(WasmAgent {
             store,
-            bindings,
+            decide,
             tracker: DeltaTracker::default(),
             dead: None,
         })
@@ -161,7 +165,7 @@ impl Agent for WasmAgent {
         let delta = self.tracker.delta(view);
         self.store.data_mut().step = Some(view.run.step_count.saturating_sub(1));
         arm(&mut self.store)?;
-        let result = match self.bindings.call_decide(&mut self.store, &delta).await {
+        let result = match self.decide.call(&mut self.store, delta).await {
             Ok(Ok(d)) => {
                 let d = convert::decision_in(d);
                 match too_big(&self.store, "the decision", decision_size(&d)) {
@@ -186,6 +190,7 @@ impl Agent for WasmAgent {
 pub struct WasmPolicy {
     store: Store<HostState>,
     bindings: policy::Policy,
+    evaluate: lower::Evaluate,
     tracker: DeltaTracker,
     dead: Option<ConsumerError>,
 }
@@ -207,10 +212,15 @@ impl WasmPolicy {
         let mut store = new_store(host, plugin, limits, no_capabilities());
         store.data_mut().sink = Some(sink);
         arm(&mut store)?;
-        let bindings = pre
+        let instance = pre
+            .instance_pre()
             .instantiate_async(&mut store)
             .await
             .map_err(|e| trapped(&store, &e))?;
+        let bindings =
+            policy::Policy::new(&mut store, &instance).map_err(|e| trapped(&store, &e))?;
+        let evaluate = lower::Evaluate::new(&mut store, &instance)
+            .map_err(|e| ConsumerError::Failed(format!("{}: {e}", plugin.name)))?;
         arm(&mut store)?;
         match bindings.call_init(&mut store, &config.to_string()).await {
             Ok(Ok(())) => {}
@@ -225,6 +235,7 @@ impl WasmPolicy {
         Ok(WasmPolicy {
             store,
             bindings,
+            evaluate,
             tracker: DeltaTracker::default(),
             dead: None,
         })
@@ -243,7 +254,7 @@ impl WasmPolicy {
         (
             convert::call_out(call),
             convert::effect_out(effect),
-            self.tracker.delta(view),
+            self.tracker.delta_owned(view),
         )
     }
 
@@ -282,12 +293,12 @@ impl Policy for WasmPolicy {
         self.store.data_mut().step = Some(view.run.step_count.saturating_sub(1));
         arm(&mut self.store)?;
         let result = match self
-            .bindings
-            .call_evaluate(
+            .evaluate
+            .call(
                 &mut self.store,
-                &convert::call_out(call),
+                lower::call(call),
                 convert::effect_out(effect),
-                &delta,
+                delta,
             )
             .await
         {

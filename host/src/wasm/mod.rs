@@ -15,6 +15,7 @@ mod delta;
 pub mod inspect;
 mod instances;
 pub mod limits;
+mod lower;
 mod state;
 
 pub use cache::CacheOutcome;

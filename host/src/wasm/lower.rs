@@ -1,0 +1,244 @@
+//! The view handed to a plugin, borrowed from the host's own rows.
+//!
+//! The generated bindings take owned WIT values, so handing a step over
+//! meant cloning its observation (kilobytes, often) only to copy it again
+//! into the guest's memory. These mirrors of the WIT records borrow every
+//! string instead; the engine checks them against the component's export
+//! types once, when the instance is created (see [`Export`]), so a mismatch
+//! with the WIT is an error there, never a bad call.
+
+use super::bindings::wit;
+use super::convert;
+use super::HostState;
+use crate::types::*;
+use wasmtime::component::{ComponentType, Func, Instance, Lower, TypedFunc};
+use wasmtime::Store;
+
+#[derive(ComponentType, Lower)]
+#[component(record)]
+pub struct ToolCallRef<'a> {
+    pub tool: &'a str,
+    pub arguments: &'a str,
+}
+
+#[derive(ComponentType, Lower)]
+#[component(variant)]
+pub enum DecisionRef<'a> {
+    #[component(name = "call")]
+    Call(ToolCallRef<'a>),
+    #[component(name = "complete")]
+    Complete(&'a str),
+    #[component(name = "fail")]
+    Fail(&'a str),
+    #[component(name = "invalid")]
+    Invalid(&'a str),
+}
+
+#[derive(ComponentType, Lower)]
+#[component(record)]
+pub struct ApprovalRequestRef<'a> {
+    pub reason: &'a str,
+    pub presentation: &'a str,
+}
+
+#[derive(ComponentType, Lower)]
+#[component(variant)]
+pub enum VerdictRef<'a> {
+    #[component(name = "allow")]
+    Allow,
+    #[component(name = "deny")]
+    Deny(&'a str),
+    #[component(name = "require-approval")]
+    RequireApproval(ApprovalRequestRef<'a>),
+    #[component(name = "abort")]
+    Abort(&'a str),
+}
+
+#[derive(ComponentType, Lower)]
+#[component(record)]
+pub struct ObservationRef<'a> {
+    pub kind: wit::ObservationKind,
+    pub content: &'a str,
+}
+
+#[derive(ComponentType, Lower)]
+#[component(record)]
+pub struct StepRef<'a> {
+    pub index: u32,
+    pub version: u32,
+    pub state: wit::StepState,
+    pub decision: Option<DecisionRef<'a>>,
+    pub verdict: Option<VerdictRef<'a>>,
+    pub observation: Option<ObservationRef<'a>>,
+}
+
+#[derive(ComponentType, Lower)]
+#[component(record)]
+pub struct ApprovalRef<'a> {
+    pub id: &'a str,
+    #[component(name = "step-index")]
+    pub step_index: u32,
+    pub kind: wit::ApprovalKind,
+    pub status: wit::ApprovalStatus,
+    pub call: ToolCallRef<'a>,
+    pub reason: &'a str,
+    #[component(name = "decided-by")]
+    pub decided_by: Option<&'a str>,
+    pub note: Option<&'a str>,
+}
+
+#[derive(ComponentType, Lower)]
+#[component(record)]
+pub struct RunInfoRef<'a> {
+    pub id: &'a str,
+    pub goal: &'a str,
+    pub status: wit::RunStatus,
+    #[component(name = "step-count")]
+    pub step_count: u32,
+    #[component(name = "model-calls")]
+    pub model_calls: u32,
+    pub tokens: u64,
+}
+
+#[derive(ComponentType, Lower)]
+#[component(record)]
+pub struct ViewDeltaRef<'a> {
+    pub reset: bool,
+    pub run: RunInfoRef<'a>,
+    pub steps: Vec<StepRef<'a>>,
+    pub approvals: Vec<ApprovalRef<'a>>,
+}
+
+pub fn call(c: &ToolCall) -> ToolCallRef<'_> {
+    ToolCallRef {
+        tool: &c.tool,
+        arguments: &c.arguments,
+    }
+}
+
+fn decision(d: &Decision) -> DecisionRef<'_> {
+    match d {
+        Decision::Call(c) => DecisionRef::Call(call(c)),
+        Decision::Complete(r) => DecisionRef::Complete(r),
+        Decision::Fail(r) => DecisionRef::Fail(r),
+        Decision::Invalid(r) => DecisionRef::Invalid(r),
+    }
+}
+
+fn verdict(v: &Verdict) -> VerdictRef<'_> {
+    match v {
+        Verdict::Allow => VerdictRef::Allow,
+        Verdict::Deny(r) => VerdictRef::Deny(r),
+        Verdict::RequireApproval(a) => VerdictRef::RequireApproval(ApprovalRequestRef {
+            reason: &a.reason,
+            presentation: &a.presentation,
+        }),
+        Verdict::Abort(r) => VerdictRef::Abort(r),
+    }
+}
+
+pub fn step(s: &Step) -> StepRef<'_> {
+    StepRef {
+        index: s.index,
+        version: s.version,
+        state: convert::step_state_out(s.state),
+        decision: s.decision.as_ref().map(decision),
+        verdict: s.verdict.as_ref().map(verdict),
+        observation: s.observation.as_ref().map(|o| ObservationRef {
+            kind: convert::observation_kind_out(o.kind),
+            content: &o.content,
+        }),
+    }
+}
+
+pub fn approval(a: &Approval) -> ApprovalRef<'_> {
+    ApprovalRef {
+        id: &a.id,
+        step_index: a.step_index,
+        kind: convert::approval_kind_out(a.kind),
+        status: convert::approval_status_out(a.status),
+        call: call(&a.call),
+        reason: &a.reason,
+        decided_by: a.decided_by.as_deref(),
+        note: a.note.as_deref(),
+    }
+}
+
+pub fn run(r: &Run, step_count: u32) -> RunInfoRef<'_> {
+    RunInfoRef {
+        id: &r.id,
+        goal: &r.goal,
+        status: convert::run_status_out(r.status),
+        step_count,
+        model_calls: r.model_calls,
+        tokens: r.tokens,
+    }
+}
+
+type DecideParams<'a> = (ViewDeltaRef<'a>,);
+type DecideResults = (Result<wit::Decision, String>,);
+type EvaluateParams<'a> = (ToolCallRef<'a>, wit::Effect, ViewDeltaRef<'a>);
+type EvaluateResults = (Result<wit::Verdict, String>,);
+
+fn export(store: &mut Store<HostState>, instance: &Instance, name: &str) -> Result<Func, String> {
+    instance
+        .get_func(&mut *store, name)
+        .ok_or_else(|| format!("the component exports no `{name}`"))
+}
+
+fn wrong(name: &str) -> impl Fn(wasmtime::Error) -> String + '_ {
+    move |e| format!("`{name}` does not have the signature of the WIT: {e:#}")
+}
+
+/// An agent's `decide`, called with a borrowed view.
+#[derive(Clone, Copy)]
+pub struct Decide(Func);
+
+impl Decide {
+    /// Finds the export and checks its type against the borrowed mirrors.
+    pub fn new(store: &mut Store<HostState>, instance: &Instance) -> Result<Decide, String> {
+        let func = export(store, instance, "decide")?;
+        func.typed::<DecideParams<'static>, DecideResults>(&*store)
+            .map_err(wrong("decide"))?;
+        Ok(Decide(func))
+    }
+
+    pub async fn call(
+        self,
+        store: &mut Store<HostState>,
+        view: ViewDeltaRef<'_>,
+    ) -> wasmtime::Result<Result<wit::Decision, String>> {
+        // SAFETY: `new` checked the export against these types; a lifetime
+        // does not change a value's component type.
+        let f = unsafe { TypedFunc::<DecideParams<'_>, DecideResults>::new_unchecked(self.0) };
+        let (out,) = f.call_async(&mut *store, (view,)).await?;
+        Ok(out)
+    }
+}
+
+/// A policy's `evaluate`, called with a borrowed call and view.
+#[derive(Clone, Copy)]
+pub struct Evaluate(Func);
+
+impl Evaluate {
+    /// Finds the export and checks its type against the borrowed mirrors.
+    pub fn new(store: &mut Store<HostState>, instance: &Instance) -> Result<Evaluate, String> {
+        let func = export(store, instance, "evaluate")?;
+        func.typed::<EvaluateParams<'static>, EvaluateResults>(&*store)
+            .map_err(wrong("evaluate"))?;
+        Ok(Evaluate(func))
+    }
+
+    pub async fn call(
+        self,
+        store: &mut Store<HostState>,
+        call: ToolCallRef<'_>,
+        effect: wit::Effect,
+        view: ViewDeltaRef<'_>,
+    ) -> wasmtime::Result<Result<wit::Verdict, String>> {
+        // SAFETY: as in `Decide::call`.
+        let f = unsafe { TypedFunc::<EvaluateParams<'_>, EvaluateResults>::new_unchecked(self.0) };
+        let (out,) = f.call_async(&mut *store, (call, effect, view)).await?;
+        Ok(out)
+    }
+}
