@@ -219,40 +219,48 @@ fn paired_wasm(
 ) {
     const N: u32 = 400;
     const PAD: usize = 8 << 10;
-    const ROUNDS: usize = 21;
+    const ROUNDS: usize = 31;
     for sync in [Sync::Full, Sync::Normal] {
         let (_dir, runtime) = runtime(sync);
         let mut ratios = Vec::with_capacity(ROUNDS);
+        let mut cpu_ratios = Vec::with_capacity(ROUNDS);
         let (mut wasm_faults, mut native_faults) = (Vec::new(), Vec::new());
         for round in 0..ROUNDS + 1 {
-            let (t, f) = (std::time::Instant::now(), minor_faults());
+            let (t, c0, f) = (std::time::Instant::now(), process_cpu(), minor_faults());
             let c = rt.block_on(wasm_consumers(host, agent, policy, N, PAD));
             let out = rt
                 .block_on(runtime.start("bench", limits(N), "{}", c))
                 .unwrap();
             assert_eq!(out.run.status, RunStatus::Completed);
-            let (wasm, wf) = (t.elapsed().as_secs_f64(), minor_faults() - f);
-            let (t, f) = (std::time::Instant::now(), minor_faults());
+            let wasm = t.elapsed().as_secs_f64();
+            let (wasm_cpu, wf) = (process_cpu() - c0, minor_faults() - f);
+            let (t, c0, f) = (std::time::Instant::now(), process_cpu(), minor_faults());
             let c = native_consumers(N, PAD);
             let out = rt
                 .block_on(runtime.start("bench", limits(N), "{}", c))
                 .unwrap();
             assert_eq!(out.run.status, RunStatus::Completed);
-            let (native, nf) = (t.elapsed().as_secs_f64(), minor_faults() - f);
+            let native = t.elapsed().as_secs_f64();
+            let (native_cpu, nf) = (process_cpu() - c0, minor_faults() - f);
             // The first round warms the pool slots; the others reuse them.
             if round >= 1 {
                 ratios.push(wasm / native);
+                cpu_ratios.push(wasm_cpu / native_cpu);
                 wasm_faults.push(wf as f64);
                 native_faults.push(nf as f64);
             }
         }
         let mid = median(&mut ratios); // sorts
+        let cpu_mid = median(&mut cpu_ratios);
         println!(
             "wasm/paired/{sync:?}: {N} steps x 8 KiB, wasm agent and policy against native, \
              median of {ROUNDS} interleaved rounds: ratio {mid:.2} (range {:.2}-{:.2}); \
+             CPU time ratio {cpu_mid:.2} (range {:.2}-{:.2}); \
              page faults per run: wasm {}, native {}",
             ratios[0],
             ratios[ROUNDS - 1],
+            cpu_ratios[0],
+            cpu_ratios[ROUNDS - 1],
             median(&mut wasm_faults),
             median(&mut native_faults),
         );
