@@ -11,7 +11,9 @@ use super::bindings::wit;
 use super::convert;
 use super::HostState;
 use crate::types::*;
-use wasmtime::component::{ComponentType, Func, Instance, Lower, TypedFunc};
+use wasmtime::component::{
+    ComponentNamedList, ComponentType, Func, Instance, Lift, Lower, TypedFunc,
+};
 use wasmtime::Store;
 
 #[derive(ComponentType, Lower)]
@@ -180,14 +182,22 @@ type DecideResults = (Result<wit::Decision, String>,);
 type EvaluateParams<'a> = (ToolCallRef<'a>, wit::Effect, ViewDeltaRef<'a>);
 type EvaluateResults = (Result<wit::Verdict, String>,);
 
-fn export(store: &mut Store<HostState>, instance: &Instance, name: &str) -> Result<Func, String> {
-    instance
+/// The export `name` of `instance`, once its type is checked to be `P -> R`.
+fn checked<P, R>(
+    store: &mut Store<HostState>,
+    instance: &Instance,
+    name: &str,
+) -> Result<Func, String>
+where
+    P: ComponentNamedList + Lower,
+    R: ComponentNamedList + Lift,
+{
+    let func = instance
         .get_func(&mut *store, name)
-        .ok_or_else(|| format!("the component exports no `{name}`"))
-}
-
-fn wrong(name: &str) -> impl Fn(wasmtime::Error) -> String + '_ {
-    move |e| format!("`{name}` does not have the signature of the WIT: {e:#}")
+        .ok_or_else(|| format!("the component exports no `{name}`"))?;
+    func.typed::<P, R>(&*store)
+        .map_err(|e| format!("`{name}` does not have the signature of the WIT: {e:#}"))?;
+    Ok(func)
 }
 
 /// An agent's `decide`, called with a borrowed view.
@@ -197,10 +207,7 @@ pub struct Decide(Func);
 impl Decide {
     /// Finds the export and checks its type against the borrowed mirrors.
     pub fn new(store: &mut Store<HostState>, instance: &Instance) -> Result<Decide, String> {
-        let func = export(store, instance, "decide")?;
-        func.typed::<DecideParams<'static>, DecideResults>(&*store)
-            .map_err(wrong("decide"))?;
-        Ok(Decide(func))
+        checked::<DecideParams<'static>, DecideResults>(store, instance, "decide").map(Decide)
     }
 
     pub async fn call(
@@ -223,10 +230,8 @@ pub struct Evaluate(Func);
 impl Evaluate {
     /// Finds the export and checks its type against the borrowed mirrors.
     pub fn new(store: &mut Store<HostState>, instance: &Instance) -> Result<Evaluate, String> {
-        let func = export(store, instance, "evaluate")?;
-        func.typed::<EvaluateParams<'static>, EvaluateResults>(&*store)
-            .map_err(wrong("evaluate"))?;
-        Ok(Evaluate(func))
+        checked::<EvaluateParams<'static>, EvaluateResults>(store, instance, "evaluate")
+            .map(Evaluate)
     }
 
     pub async fn call(
