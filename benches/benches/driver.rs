@@ -226,28 +226,16 @@ fn paired_wasm(
         let mut cpu_ratios = Vec::with_capacity(ROUNDS);
         let (mut wasm_faults, mut native_faults) = (Vec::new(), Vec::new());
         for round in 0..ROUNDS + 1 {
-            let (t, c0, f) = (std::time::Instant::now(), process_cpu(), minor_faults());
-            let c = rt.block_on(wasm_consumers(host, agent, policy, N, PAD));
-            let out = rt
-                .block_on(runtime.start("bench", limits(N), "{}", c))
-                .unwrap();
-            assert_eq!(out.run.status, RunStatus::Completed);
-            let wasm = t.elapsed().as_secs_f64();
-            let (wasm_cpu, wf) = (process_cpu() - c0, minor_faults() - f);
-            let (t, c0, f) = (std::time::Instant::now(), process_cpu(), minor_faults());
-            let c = native_consumers(N, PAD);
-            let out = rt
-                .block_on(runtime.start("bench", limits(N), "{}", c))
-                .unwrap();
-            assert_eq!(out.run.status, RunStatus::Completed);
-            let native = t.elapsed().as_secs_f64();
-            let (native_cpu, nf) = (process_cpu() - c0, minor_faults() - f);
+            let wasm = measured_run(rt, &runtime, N, || {
+                rt.block_on(wasm_consumers(host, agent, policy, N, PAD))
+            });
+            let native = measured_run(rt, &runtime, N, || native_consumers(N, PAD));
             // The first round warms the pool slots; the others reuse them.
             if round >= 1 {
-                ratios.push(wasm / native);
-                cpu_ratios.push(wasm_cpu / native_cpu);
-                wasm_faults.push(wf as f64);
-                native_faults.push(nf as f64);
+                ratios.push(wasm.wall / native.wall);
+                cpu_ratios.push(wasm.cpu / native.cpu);
+                wasm_faults.push(wasm.faults as f64);
+                native_faults.push(native.faults as f64);
             }
         }
         let mid = median(&mut ratios); // sorts
@@ -264,6 +252,32 @@ fn paired_wasm(
             median(&mut wasm_faults),
             median(&mut native_faults),
         );
+    }
+}
+
+/// What one run of the loop took, its consumers' set-up included.
+struct Measured {
+    wall: f64,
+    cpu: f64,
+    faults: u64,
+}
+
+fn measured_run(
+    rt: &tokio::runtime::Runtime,
+    runtime: &Runtime,
+    n: u32,
+    consumers: impl FnOnce() -> Consumers,
+) -> Measured {
+    let (t, cpu, faults) = (std::time::Instant::now(), process_cpu(), minor_faults());
+    let c = consumers();
+    let out = rt
+        .block_on(runtime.start("bench", limits(n), "{}", c))
+        .unwrap();
+    assert_eq!(out.run.status, RunStatus::Completed);
+    Measured {
+        wall: t.elapsed().as_secs_f64(),
+        cpu: process_cpu() - cpu,
+        faults: minor_faults() - faults,
     }
 }
 

@@ -92,7 +92,7 @@ pub fn median(v: &mut [f64]) -> f64 {
 }
 
 /// CPU time of the whole process so far (every thread), in seconds. Unlike
-/// wall time it leaves out what other tenants of a shared machine take.
+/// wall time it leaves out time spent waiting, for writes or for a core.
 pub fn process_cpu() -> f64 {
     let mut t = libc::timespec {
         tv_sec: 0,
@@ -112,10 +112,7 @@ pub fn minor_faults() -> u64 {
     // Field 10 of /proc/self/stat, counted after the command name's `)`.
     std::fs::read_to_string("/proc/self/stat")
         .ok()
-        .and_then(|s| {
-            let rest = s.get(s.rfind(')')? + 2..)?.to_string();
-            rest.split(' ').nth(7)?.parse().ok()
-        })
+        .and_then(|s| s.get(s.rfind(')')? + 2..)?.split(' ').nth(7)?.parse().ok())
         .unwrap_or(0)
 }
 

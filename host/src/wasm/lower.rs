@@ -4,8 +4,9 @@
 //! meant cloning its observation (kilobytes, often) only to copy it again
 //! into the guest's memory. These mirrors of the WIT records borrow every
 //! string instead; the engine checks them against the component's export
-//! types once, when the instance is created (see [`Export`]), so a mismatch
-//! with the WIT is an error there, never a bad call.
+//! types once, when the instance is created ([`Decide::new`],
+//! [`Evaluate::new`]), so a mismatch with the WIT is an error there, never
+//! a bad call.
 
 use super::bindings::wit;
 use super::convert;
