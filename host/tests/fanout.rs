@@ -63,6 +63,18 @@ fn a_durable_fan_out_completes_every_run_and_journals_each_one_whole() {
     assert!(10.0 <= p50 && p50 <= p90 && p90 <= p99, "{r}");
     assert!(r["peak_rss_mib"].as_f64().unwrap() > 0.0);
     assert!(r["throughput_runs_per_s"].as_f64().unwrap() > 0.0);
+    // The writer's share is measured, and is a share: a 300-run load
+    // keeps the writer busy some of the time, never more than all of it
+    // (the measurement's own rounding aside).
+    let (cpu, writer_cpu, busy, runnable) = (
+        r["cpu_us_per_run"].as_f64().unwrap(),
+        r["writer_cpu_us_per_run"].as_f64().unwrap(),
+        r["writer_busy_pct"].as_f64().unwrap(),
+        r["writer_runnable_pct"].as_f64().unwrap(),
+    );
+    assert!(cpu > 0.0 && (0.0..=cpu).contains(&writer_cpu), "{r}");
+    assert!(busy > 0.0 && busy <= 101.0, "{r}");
+    assert!((0.0..=101.0).contains(&runnable), "{r}");
 
     // The store holds every run (and the warm-up), completed, with both
     // model calls and the tool's step.

@@ -74,6 +74,17 @@ pub struct FanoutReport {
     pub transitions_per_commit: f64,
     /// CPU time of the process (user + system) over the wall time.
     pub cpu_s: f64,
+    /// The process's CPU time per run.
+    pub cpu_us_per_run: f64,
+    /// Of that, the store writer thread's (SQLite statements, commits).
+    pub writer_cpu_us_per_run: f64,
+    /// Share of the wall time the writer thread was busy on groups,
+    /// including the syncs it waited for. Near 100%, the one writer is
+    /// what limits throughput.
+    pub writer_busy_pct: f64,
+    /// Of the wall time, the share the writer thread was ready to run but
+    /// waited for a CPU (the workers had both).
+    pub writer_runnable_pct: f64,
 }
 
 impl FanoutReport {
@@ -87,6 +98,8 @@ impl FanoutReport {
              \x20 mean latency       {mean:.1} ms   (concurrency / throughput; measured mean {mm:.1} ms)\n\
              \x20 p50 / p90 / p99    {p50:.1} / {p90:.1} / {p99:.1} ms   (max {max:.1} ms)\n\
              \x20 peak RSS           {rss:.0} MiB\n\
+             \x20 CPU per run        {cpr:.0} µs, of which the store writer thread {wcpr:.0} µs\n\
+             \x20 store writer       busy {wb:.0}% of the wall time; ready to run but without a CPU {wr:.0}%\n\
              \x20 journal records    {jr:.1} per run   ({tr:.1} transitions per run, {tc:.1} per commit)",
             runs = self.runs,
             conc = self.concurrency,
@@ -107,6 +120,10 @@ impl FanoutReport {
             jr = self.journal_records_per_run,
             tr = self.transitions_per_run,
             tc = self.transitions_per_commit,
+            cpr = self.cpu_us_per_run,
+            wcpr = self.writer_cpu_us_per_run,
+            wb = self.writer_busy_pct,
+            wr = self.writer_runnable_pct,
         )
     }
 }
@@ -275,6 +292,7 @@ pub async fn run(opts: &FanoutOptions) -> anyhow::Result<FanoutReport> {
     let next = Arc::new(AtomicU64::new(0));
     let failed = Arc::new(AtomicU64::new(0));
     let cpu0 = super::cpu_seconds();
+    let writer0 = super::thread_times(crate::store::WRITER_THREAD);
     let started = Instant::now();
     let total = opts.runs;
     let mut workers = tokio::task::JoinSet::new();
@@ -326,6 +344,7 @@ pub async fn run(opts: &FanoutOptions) -> anyhow::Result<FanoutReport> {
     }
     let wall = started.elapsed().as_secs_f64();
     let cpu_s = super::cpu_seconds() - cpu0;
+    let writer = super::thread_times(crate::store::WRITER_THREAD) - writer0;
     let after = handle.stats();
     let failed = failed.load(Ordering::Relaxed);
     if let Some(e) = &first_error {
@@ -365,5 +384,9 @@ pub async fn run(opts: &FanoutOptions) -> anyhow::Result<FanoutReport> {
         transitions_per_run: transitions / runs.max(1) as f64,
         transitions_per_commit: transitions / transactions,
         cpu_s,
+        cpu_us_per_run: cpu_s * 1e6 / runs.max(1) as f64,
+        writer_cpu_us_per_run: writer.cpu_s * 1e6 / runs.max(1) as f64,
+        writer_busy_pct: (after.busy - before.busy).as_secs_f64() * 100.0 / wall,
+        writer_runnable_pct: writer.runnable_s * 100.0 / wall,
     })
 }

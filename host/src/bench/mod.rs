@@ -24,7 +24,61 @@ pub fn quantile(sorted: &[f64], q: f64) -> f64 {
 /// User plus system CPU time of the process so far, in seconds (0 where
 /// the OS does not say).
 pub fn cpu_seconds() -> f64 {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+    stat_cpu_seconds("/proc/self/stat")
+}
+
+/// Time so far of the process's threads named `name`, summed.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ThreadTimes {
+    /// On a CPU.
+    pub cpu_s: f64,
+    /// Ready to run, waiting for a CPU (0 where the kernel does not say).
+    pub runnable_s: f64,
+}
+
+impl std::ops::Sub for ThreadTimes {
+    type Output = ThreadTimes;
+    fn sub(self, o: ThreadTimes) -> ThreadTimes {
+        ThreadTimes {
+            cpu_s: self.cpu_s - o.cpu_s,
+            runnable_s: self.runnable_s - o.runnable_s,
+        }
+    }
+}
+
+/// [`ThreadTimes`] of the threads named `name` (zero where the OS does not
+/// say), from `/proc/self/task/*/schedstat`, or `stat` where the kernel
+/// keeps no scheduler statistics.
+pub fn thread_times(name: &str) -> ThreadTimes {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return ThreadTimes::default();
+    };
+    // Linux keeps the first 15 bytes of a thread's name.
+    let name = &name.as_bytes()[..name.len().min(15)];
+    let mut sum = ThreadTimes::default();
+    for t in tasks.flatten() {
+        if !std::fs::read(t.path().join("comm")).is_ok_and(|c| c.trim_ascii_end() == name) {
+            continue;
+        }
+        let sched = std::fs::read_to_string(t.path().join("schedstat")).unwrap_or_default();
+        let ns: Vec<f64> = sched
+            .split_whitespace()
+            .filter_map(|v| v.parse().ok())
+            .collect();
+        match ns[..] {
+            [cpu, waited, ..] => {
+                sum.cpu_s += cpu / 1e9;
+                sum.runnable_s += waited / 1e9;
+            }
+            _ => sum.cpu_s += stat_cpu_seconds(t.path().join("stat")),
+        }
+    }
+    sum
+}
+
+/// utime + stime from a `/proc/.../stat` file.
+fn stat_cpu_seconds(path: impl AsRef<std::path::Path>) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(path) else {
         return 0.0;
     };
     // Fields after the command name, which is in parentheses and may hold spaces.

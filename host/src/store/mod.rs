@@ -13,7 +13,7 @@ mod writer;
 pub use error::StoreError;
 pub use rows::{ApprovalRow, Event, StepRow};
 pub use schema::CURRENT_VERSION;
-pub use writer::{StoreHandle, WriterStats};
+pub use writer::{StoreHandle, WriterStats, WRITER_THREAD};
 
 use crate::types::*;
 use rows::{read_event, read_run, APPROVAL_COLUMNS, RUN_COLUMNS, STEP_COLUMNS};
@@ -108,26 +108,88 @@ fn encode(events: &[NewEvent]) -> Vec<EncodedEvent> {
     events.iter().map(EncodedEvent::from).collect()
 }
 
-/// A write with its events already encoded. [`StoreHandle`] prepares
-/// writes on the caller's thread, so that the writer thread, which every
-/// run in the process waits on, only writes.
+/// A write with its rows and events already encoded. [`StoreHandle`]
+/// prepares writes on the caller's thread, and turns what the writer
+/// reports back into a [`Committed`] there too ([`Prepared::committed`]),
+/// so that the writer thread, which every run in the process waits on,
+/// only binds and steps statements.
 #[derive(Debug, Clone)]
 pub struct Prepared {
     write: Write,
+    /// The run's limits as JSON.
+    limits: String,
+    step_rows: Vec<StepRow>,
+    approval_rows: Vec<ApprovalRow>,
     events: Vec<EncodedEvent>,
+    /// The rows above, decoded back: what the caller's cache will hold.
+    steps: Vec<Step>,
+    approvals: Vec<Approval>,
 }
 
 impl Prepared {
-    pub fn new(mut write: Write) -> Prepared {
+    /// Encodes `write`, and decodes its rows back before anything is
+    /// written, so that a row that would not load again is refused here.
+    pub fn new(mut write: Write) -> Result<Prepared, StoreError> {
         let events = match &mut write {
             Write::Create { events, .. } => std::mem::take(events),
             Write::Transition(t) => std::mem::take(&mut t.events),
         };
-        Prepared {
+        let (run, steps, approvals) = match &write {
+            Write::Create { run, .. } => (run, &[][..], &[][..]),
+            Write::Transition(t) => (&t.run, &t.steps[..], &t.approvals[..]),
+        };
+        let step_rows: Vec<StepRow> = steps.iter().map(|s| StepRow::encode(&run.id, s)).collect();
+        let approval_rows: Vec<ApprovalRow> = approvals.iter().map(ApprovalRow::encode).collect();
+        Ok(Prepared {
+            limits: rows::json(&run.limits),
+            steps: step_rows
+                .iter()
+                .map(StepRow::decode)
+                .collect::<Result<_, _>>()?,
+            approvals: approval_rows
+                .iter()
+                .map(ApprovalRow::decode)
+                .collect::<Result<_, _>>()?,
+            step_rows,
+            approval_rows,
             events: encode(&events),
             write,
+        })
+    }
+
+    /// What this write committed, given what its statements reported.
+    pub fn committed(self, written: Written) -> Committed {
+        let run = match self.write {
+            Write::Create { run, .. } => run,
+            Write::Transition(t) => t.run,
+        };
+        let events = self
+            .events
+            .into_iter()
+            .zip(written.seqs)
+            .map(|(e, seq)| Event {
+                seq,
+                run_id: run.id.clone(),
+                step_index: e.step_index,
+                kind: e.kind.to_string(),
+                data: e.data,
+                at: run.updated_at,
+            })
+            .collect();
+        Committed {
+            run,
+            steps: self.steps,
+            approvals: self.approvals,
+            events,
         }
     }
+}
+
+/// What a write's statements produced that its caller could not know
+/// beforehand: the sequence numbers of its events, in order.
+#[derive(Debug)]
+pub struct Written {
+    seqs: Vec<i64>,
 }
 
 /// A write the store's writer thread may commit in a group with others.
@@ -325,24 +387,15 @@ impl Store {
         run: &Run,
         events: Vec<NewEvent>,
     ) -> Result<Committed, StoreError> {
-        self.writable()?;
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let done = insert_run(&tx, run, &encode(&events))?;
-        tx.commit()?;
-        Ok(done)
+        self.commit_prepared_one(Prepared::new(Write::Create {
+            run: run.clone(),
+            events,
+        })?)
     }
 
     /// Applies one transition in its own transaction.
     pub fn commit(&mut self, t: Transition) -> Result<Committed, StoreError> {
-        self.writable()?;
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let done = apply(&tx, &t, &encode(&t.events))?;
-        tx.commit()?;
-        Ok(done)
+        self.commit_prepared_one(Prepared::new(Write::Transition(t))?)
     }
 
     /// Applies many runs' writes in one transaction (group commit): one
@@ -356,25 +409,39 @@ impl Store {
         &mut self,
         ws: Vec<Write>,
     ) -> Result<Vec<Result<Committed, StoreError>>, StoreError> {
-        self.commit_prepared(ws.into_iter().map(Prepared::new).collect())
+        let prepared: Vec<Result<Prepared, StoreError>> =
+            ws.into_iter().map(Prepared::new).collect();
+        let ready: Vec<&Prepared> = prepared.iter().filter_map(|p| p.as_ref().ok()).collect();
+        let mut written = self.write_group(&ready)?.into_iter();
+        Ok(prepared
+            .into_iter()
+            .map(|p| {
+                let p = p?;
+                let w = written.next().ok_or_else(|| {
+                    StoreError::Refused("a group write returned too few results".into())
+                })??;
+                Ok(p.committed(w))
+            })
+            .collect())
     }
 
-    /// [`Store::commit_group`] of writes prepared by the caller.
-    pub fn commit_prepared(
+    /// The statements of a group commit ([`Store::commit_group`]), without
+    /// building the results (the writer thread leaves that to each caller).
+    pub(crate) fn write_group(
         &mut self,
-        ws: Vec<Prepared>,
-    ) -> Result<Vec<Result<Committed, StoreError>>, StoreError> {
+        ws: &[&Prepared],
+    ) -> Result<Vec<Result<Written, StoreError>>, StoreError> {
         self.writable()?;
-        match self.try_group(&ws) {
+        match self.try_group(ws) {
             Ok(out) => Ok(out),
-            Err(_) => Ok(ws.iter().map(|w| self.commit_one(w)).collect()),
+            Err(_) => Ok(ws.iter().map(|w| self.write_one(w)).collect()),
         }
     }
 
     fn try_group(
         &mut self,
-        ws: &[Prepared],
-    ) -> Result<Vec<Result<Committed, StoreError>>, StoreError> {
+        ws: &[&Prepared],
+    ) -> Result<Vec<Result<Written, StoreError>>, StoreError> {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -391,12 +458,18 @@ impl Store {
     }
 
     /// Commits one prepared write in its own transaction.
-    pub(crate) fn commit_prepared_one(&mut self, w: &Prepared) -> Result<Committed, StoreError> {
-        self.writable()?;
-        self.commit_one(w)
+    pub fn commit_prepared_one(&mut self, w: Prepared) -> Result<Committed, StoreError> {
+        let written = self.write_prepared_one(&w)?;
+        Ok(w.committed(written))
     }
 
-    fn commit_one(&mut self, w: &Prepared) -> Result<Committed, StoreError> {
+    /// The statements of [`Store::commit_prepared_one`].
+    pub(crate) fn write_prepared_one(&mut self, w: &Prepared) -> Result<Written, StoreError> {
+        self.writable()?;
+        self.write_one(w)
+    }
+
+    fn write_one(&mut self, w: &Prepared) -> Result<Written, StoreError> {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -709,10 +782,10 @@ impl Store {
     }
 }
 
-fn write(tx: &rusqlite::Connection, w: &Prepared) -> Result<Committed, StoreError> {
+fn write(tx: &rusqlite::Connection, w: &Prepared) -> Result<Written, StoreError> {
     match &w.write {
-        Write::Create { run, .. } => insert_run(tx, run, &w.events),
-        Write::Transition(t) => apply(tx, t, &w.events),
+        Write::Create { run, .. } => insert_run(tx, run, w),
+        Write::Transition(t) => apply(tx, t, w),
     }
 }
 
@@ -735,11 +808,7 @@ fn nothing_written(w: &Write, e: &StoreError) -> bool {
     }
 }
 
-fn insert_run(
-    tx: &rusqlite::Connection,
-    run: &Run,
-    events: &[EncodedEvent],
-) -> Result<Committed, StoreError> {
+fn insert_run(tx: &rusqlite::Connection, run: &Run, w: &Prepared) -> Result<Written, StoreError> {
     tx.prepare_cached(&format!(
         "INSERT INTO runs ({RUN_COLUMNS}) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15)"
     ))?
@@ -749,7 +818,7 @@ fn insert_run(
         run.status.as_str(),
         run.reason,
         run.result,
-        serde_json::to_string(&run.limits).map_err(|e| StoreError::Refused(e.to_string()))?,
+        w.limits,
         run.meta,
         run.step_count,
         run.model_calls,
@@ -760,24 +829,12 @@ fn insert_run(
         run.created_at,
         run.updated_at
     ])?;
-    let events = insert_events(tx, &run.id, run.updated_at, events)?;
-    Ok(Committed {
-        run: run.clone(),
-        steps: vec![],
-        approvals: vec![],
-        events,
-    })
+    insert_events(tx, &run.id, run.updated_at, &w.events)
 }
 
-/// `events` are `t`'s events, encoded (`t.events` is not read).
-fn apply(
-    tx: &rusqlite::Connection,
-    t: &Transition,
-    events: &[EncodedEvent],
-) -> Result<Committed, StoreError> {
+/// `w` holds `t`'s rows and events, encoded (`t.events` is not read).
+fn apply(tx: &rusqlite::Connection, t: &Transition, w: &Prepared) -> Result<Written, StoreError> {
     let run = &t.run;
-    let limits =
-        serde_json::to_string(&run.limits).map_err(|e| StoreError::Refused(e.to_string()))?;
     let n = tx
         .prepare_cached(
             "UPDATE runs SET status=?2, reason=?3, result=?4, limits=?5, step_count=?6, model_calls=?7, tokens=?8,
@@ -789,7 +846,7 @@ fn apply(
             run.status.as_str(),
             run.reason,
             run.result,
-            limits,
+            w.limits,
             run.step_count,
             run.model_calls,
             run.tokens as i64,
@@ -817,9 +874,7 @@ fn apply(
             },
         });
     }
-    let mut steps = Vec::with_capacity(t.steps.len());
-    for s in &t.steps {
-        let row = StepRow::encode(&run.id, s);
+    for row in &w.step_rows {
         tx.prepare_cached(&format!(
             "INSERT INTO steps ({STEP_COLUMNS}) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13)
              ON CONFLICT(run_id, idx) DO UPDATE SET version=excluded.version, state=excluded.state,
@@ -842,11 +897,8 @@ fn apply(
             row.started_at,
             row.updated_at
         ])?;
-        steps.push(row.decode()?);
     }
-    let mut approvals = Vec::with_capacity(t.approvals.len());
-    for a in &t.approvals {
-        let row = ApprovalRow::encode(a);
+    for row in &w.approval_rows {
         tx.prepare_cached(&format!(
             "INSERT INTO approvals ({APPROVAL_COLUMNS}) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15)
              ON CONFLICT(id) DO UPDATE SET status=excluded.status, decided_by=excluded.decided_by,
@@ -869,7 +921,6 @@ fn apply(
             row.note,
             row.decided_at
         ])?;
-        approvals.push(row.decode()?);
     }
     for m in &t.model_calls {
         tx.prepare_cached(
@@ -888,37 +939,28 @@ fn apply(
             run.updated_at
         ])?;
     }
-    let events = insert_events(tx, &run.id, run.updated_at, events)?;
-    Ok(Committed {
-        run: t.run.clone(),
-        steps,
-        approvals,
-        events,
-    })
+    insert_events(tx, &run.id, run.updated_at, &w.events)
 }
 
+/// Inserts `events`; returns their sequence numbers.
 fn insert_events(
     tx: &rusqlite::Connection,
     run_id: &str,
     at: i64,
     events: &[EncodedEvent],
-) -> Result<Vec<Event>, StoreError> {
-    let mut out = Vec::with_capacity(events.len());
+) -> Result<Written, StoreError> {
+    let mut seqs = Vec::with_capacity(events.len());
+    if events.is_empty() {
+        return Ok(Written { seqs });
+    }
     let mut stmt = tx.prepare_cached(
         "INSERT INTO events (run_id, step_idx, kind, data, at) VALUES (?1,?2,?3,?4,?5)",
     )?;
     for e in events {
         stmt.execute(params![run_id, e.step_index, e.kind, e.data, at])?;
-        out.push(Event {
-            seq: tx.last_insert_rowid(),
-            run_id: run_id.to_string(),
-            step_index: e.step_index,
-            kind: e.kind.to_string(),
-            data: e.data.clone(),
-            at,
-        });
+        seqs.push(tx.last_insert_rowid());
     }
-    Ok(out)
+    Ok(Written { seqs })
 }
 
 fn classify_open(path: &str, e: rusqlite::Error) -> StoreError {

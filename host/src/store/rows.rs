@@ -260,7 +260,7 @@ pub fn read_event(row: &Row<'_>) -> rusqlite::Result<Event> {
     })
 }
 
-fn json<T: serde::Serialize>(v: &T) -> String {
+pub(crate) fn json<T: serde::Serialize>(v: &T) -> String {
     // Serializing these plain enums and strings cannot fail.
     serde_json::to_string(v).unwrap_or_else(|_| "null".to_string())
 }

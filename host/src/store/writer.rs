@@ -11,16 +11,23 @@
 //! which is what the queue would have made it wait for anyway; as soon as
 //! two writes meet, they queue and the writer thread groups them.
 
-use super::{Committed, NewEvent, Prepared, Store, StoreError, Transition, Write};
+use super::{Committed, NewEvent, Prepared, Store, StoreError, Transition, Write, Written};
 use crate::types::Run;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard, TryLockError};
+use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
+
+/// The writer thread's name (as `/proc` shows it, cut to 15 bytes:
+/// `keel-store-writ`).
+pub const WRITER_THREAD: &str = "keel-store-writer";
 
 /// The most transitions committed together.
 const MAX_GROUP: usize = 512;
 
-type Reply = oneshot::Sender<Result<Committed, StoreError>>;
+/// The write goes back to its caller with what the statements reported:
+/// the caller builds its [`Committed`] and drops the write, not the writer.
+type Reply = oneshot::Sender<(Box<Prepared>, Result<Written, StoreError>)>;
 
 enum Job {
     Commit(Box<Prepared>, Reply),
@@ -72,6 +79,12 @@ pub struct WriterStats {
     /// Of those transactions, the ones a caller committed on its own thread
     /// because the store was idle.
     pub inline: u64,
+    /// Wall time the writer thread spent on its jobs (statements, commits,
+    /// the syncs it waited for, and any wait for a CPU meanwhile), as
+    /// against waiting for work. Inline commits are not in it. Next to a
+    /// load's wall time it says how close the one writer is to being what
+    /// limits throughput.
+    pub busy: Duration,
 }
 
 #[derive(Default)]
@@ -79,6 +92,7 @@ struct Counters {
     transitions: AtomicU64,
     transactions: AtomicU64,
     inline: AtomicU64,
+    busy_ns: AtomicU64,
 }
 
 impl Counters {
@@ -104,7 +118,7 @@ impl StoreHandle {
         });
         let theirs = shared.clone();
         std::thread::Builder::new()
-            .name("keel-store-writer".into())
+            .name(WRITER_THREAD.into())
             .spawn(move || writer(&theirs, rx))
             .expect("spawning the store writer thread");
         StoreHandle { tx, shared }
@@ -116,6 +130,7 @@ impl StoreHandle {
             transitions: c.transitions.load(Ordering::Relaxed),
             transactions: c.transactions.load(Ordering::Relaxed),
             inline: c.inline.load(Ordering::Relaxed),
+            busy: Duration::from_nanos(c.busy_ns.load(Ordering::Relaxed)),
         }
     }
 
@@ -135,15 +150,19 @@ impl StoreHandle {
 
     async fn write(&self, w: Write) -> Result<Committed, StoreError> {
         // Encode here, on the caller's thread: the writer is shared.
-        let w = Prepared::new(w);
+        let w = Prepared::new(w)?;
         if let Some(mut store) = self.shared.try_idle() {
             self.shared.counters.record(1, true);
-            return store.commit_prepared_one(&w);
+            let written = store.write_prepared_one(&w);
+            drop(store);
+            return Ok(w.committed(written?));
         }
         let (reply, rx) = oneshot::channel();
         self.send(Job::Commit(Box::new(w), reply))?;
-        rx.await
-            .map_err(|_| StoreError::Refused("the store writer has stopped".into()))?
+        let (w, written) = rx
+            .await
+            .map_err(|_| StoreError::Refused("the store writer has stopped".into()))?;
+        Ok(w.committed(written?))
     }
 
     fn send(&self, job: Job) -> Result<(), StoreError> {
@@ -170,15 +189,16 @@ impl StoreHandle {
 
 fn writer(shared: &Shared, rx: mpsc::Receiver<Job>) {
     let stats = &shared.counters;
-    let mut group: Vec<(Prepared, Reply)> = Vec::new();
+    let mut group: Vec<(Box<Prepared>, Reply)> = Vec::new();
     while let Ok(first) = rx.recv() {
+        let woke = Instant::now();
         let mut store = shared.lock();
         let mut next = Some(first);
         let mut taken = 0;
         while let Some(job) = next.take() {
             taken += 1;
             match job {
-                Job::Commit(t, reply) => group.push((*t, reply)),
+                Job::Commit(t, reply) => group.push((t, reply)),
                 Job::Call(f) => {
                     flush(&mut store, &mut group, stats);
                     f(&mut store);
@@ -190,25 +210,29 @@ fn writer(shared: &Shared, rx: mpsc::Receiver<Job>) {
         }
         flush(&mut store, &mut group, stats);
         drop(store);
+        let busy = u64::try_from(woke.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        stats.busy_ns.fetch_add(busy, Ordering::Relaxed);
         shared.queued.fetch_sub(taken, Ordering::AcqRel);
     }
 }
 
-fn flush(store: &mut Store, group: &mut Vec<(Prepared, Reply)>, stats: &Counters) {
+fn flush(store: &mut Store, group: &mut Vec<(Box<Prepared>, Reply)>, stats: &Counters) {
     if group.is_empty() {
         return;
     }
     stats.record(group.len(), false);
-    let (ws, replies): (Vec<_>, Vec<_>) = std::mem::take(group).into_iter().unzip();
-    match store.commit_prepared(ws) {
+    let ws: Vec<&Prepared> = group.iter().map(|(w, _)| &**w).collect();
+    let results = store.write_group(&ws);
+    drop(ws);
+    match results {
         Ok(results) => {
-            for (r, reply) in results.into_iter().zip(replies) {
-                let _ = reply.send(r);
+            for (r, (w, reply)) in results.into_iter().zip(group.drain(..)) {
+                let _ = reply.send((w, r));
             }
         }
         Err(e) => {
-            for reply in replies {
-                let _ = reply.send(Err(same_error(&e)));
+            for (w, reply) in group.drain(..) {
+                let _ = reply.send((w, Err(same_error(&e))));
             }
         }
     }
