@@ -1,6 +1,6 @@
 //! Live plugin instances behind the loop's consumer traits.
 
-use super::bindings::{agent, policy, tool, wit};
+use super::bindings::{policy, tool, wit};
 use super::limits::{classify, PluginLimits};
 use super::{convert, delta::DeltaTracker, lower, HostState, Plugin, PluginPre, WasmHost};
 use crate::consumer::{
@@ -82,6 +82,16 @@ fn verdict_size(v: &Verdict) -> usize {
     }
 }
 
+/// The exports of an agent or policy plugin.
+fn exports(plugin: &Plugin) -> Result<&lower::Exports, ConsumerError> {
+    plugin.exports.as_ref().ok_or_else(|| {
+        ConsumerError::Failed(format!(
+            "{} is a {} plugin, not an agent or a policy",
+            plugin.name, plugin.world
+        ))
+    })
+}
+
 fn no_capabilities() -> WasiCtxBuilder {
     WasiCtxBuilder::new()
 }
@@ -120,15 +130,12 @@ impl WasmAgent {
             .instantiate_async(&mut store)
             .await
             .map_err(|e| trapped(&store, &e))?;
-        let bindings = agent::Agent::new(&mut store, &instance).map_err(|e| trapped(&store, &e))?;
-        let decide = lower::Decide::new(&mut store, &instance)
+        let (init, decide) = exports(plugin)?
+            .agent(&mut store, &instance)
             .map_err(|e| ConsumerError::Failed(format!("{}: {e}", plugin.name)))?;
         let specs: Vec<_> = tools.iter().map(convert::tool_spec_out).collect();
         arm(&mut store)?;
-        match bindings
-            .call_init(&mut store, &config.to_string(), &specs)
-            .await
-        {
+        match init.call(&mut store, config, &specs).await {
             Ok(Ok(())) => {}
             Ok(Err(msg)) => {
                 return Err(ConsumerError::Failed(format!(
@@ -189,7 +196,9 @@ impl Agent for WasmAgent {
 /// A policy component serving one run.
 pub struct WasmPolicy {
     store: Store<HostState>,
-    bindings: policy::Policy,
+    instance: wasmtime::component::Instance,
+    /// The generated bindings, made by the first `evaluate_raw`.
+    raw: Option<policy::Policy>,
     evaluate: lower::Evaluate,
     tracker: DeltaTracker,
     dead: Option<ConsumerError>,
@@ -217,12 +226,11 @@ impl WasmPolicy {
             .instantiate_async(&mut store)
             .await
             .map_err(|e| trapped(&store, &e))?;
-        let bindings =
-            policy::Policy::new(&mut store, &instance).map_err(|e| trapped(&store, &e))?;
-        let evaluate = lower::Evaluate::new(&mut store, &instance)
+        let (init, evaluate) = exports(plugin)?
+            .policy(&mut store, &instance)
             .map_err(|e| ConsumerError::Failed(format!("{}: {e}", plugin.name)))?;
         arm(&mut store)?;
-        match bindings.call_init(&mut store, &config.to_string()).await {
+        match init.call(&mut store, config).await {
             Ok(Ok(())) => {}
             Ok(Err(msg)) => {
                 return Err(ConsumerError::Failed(format!(
@@ -234,7 +242,8 @@ impl WasmPolicy {
         }
         Ok(WasmPolicy {
             store,
-            bindings,
+            instance,
+            raw: None,
             evaluate,
             tracker: DeltaTracker::default(),
             dead: None,
@@ -272,9 +281,15 @@ impl WasmPolicy {
             self.store.data_mut().deadline =
                 Instant::now() + std::time::Duration::from_secs(1 << 30);
         }
-        self.bindings
+        let raw = match self.raw.take() {
+            Some(raw) => raw,
+            None => policy::Policy::new(&mut self.store, &self.instance)?,
+        };
+        let out = raw
             .call_evaluate(&mut self.store, call, effect, delta)
-            .await
+            .await;
+        self.raw = Some(raw);
+        out
     }
 }
 

@@ -133,6 +133,8 @@ pub struct Plugin {
     pub size: usize,
     pub cache: CacheOutcome,
     pub(crate) pre: PluginPre,
+    /// An agent's or a policy's exports, found once (none for a tool).
+    pub(crate) exports: Option<lower::Exports>,
 }
 
 pub(crate) enum PluginPre {
@@ -309,6 +311,19 @@ impl WasmHost {
                 world,
                 detail,
             })?;
+        let main = match world {
+            World::Agent => Some("decide"),
+            World::Policy => Some("evaluate"),
+            World::Tool => None,
+        };
+        let exports = main
+            .map(|main| lower::Exports::find(&component, main))
+            .transpose()
+            .map_err(|detail| PluginError::WrongWorld {
+                path: name.into(),
+                world,
+                detail,
+            })?;
         Ok(Arc::new(Plugin {
             name: name.into(),
             world,
@@ -316,6 +331,7 @@ impl WasmHost {
             size: bytes.len(),
             cache: outcome,
             pre,
+            exports,
         }))
     }
 
