@@ -19,6 +19,7 @@ use crate::types::*;
 use rows::{read_event, read_run, APPROVAL_COLUMNS, RUN_COLUMNS, STEP_COLUMNS};
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, TransactionBehavior};
 use std::path::Path;
+use std::sync::LazyLock;
 use std::time::Duration;
 
 /// How long a writer waits for another writer's lock before giving up.
@@ -784,6 +785,24 @@ impl Store {
     }
 }
 
+// The writes' SQL, put together once: a transition's statements are
+// looked up by their text in the connection's statement cache.
+static INSERT_RUN: LazyLock<String> = LazyLock::new(|| {
+    format!("INSERT INTO runs ({RUN_COLUMNS}) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15)")
+});
+static UPSERT_STEP: LazyLock<String> = LazyLock::new(|| {
+    format!("INSERT INTO steps ({STEP_COLUMNS}) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13)
+             ON CONFLICT(run_id, idx) DO UPDATE SET version=excluded.version, state=excluded.state,
+               decision=excluded.decision, call_tool=excluded.call_tool, call_args=excluded.call_args,
+               effect=excluded.effect, verdict=excluded.verdict, obs_kind=excluded.obs_kind,
+               obs_content=excluded.obs_content, updated_at=excluded.updated_at")
+});
+static UPSERT_APPROVAL: LazyLock<String> = LazyLock::new(|| {
+    format!("INSERT INTO approvals ({APPROVAL_COLUMNS}) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15)
+             ON CONFLICT(id) DO UPDATE SET status=excluded.status, decided_by=excluded.decided_by,
+               note=excluded.note, decided_at=excluded.decided_at")
+});
+
 fn write(tx: &rusqlite::Connection, w: &Prepared) -> Result<Written, StoreError> {
     match &w.write {
         Write::Create { run, .. } => insert_run(tx, run, w),
@@ -811,10 +830,7 @@ fn nothing_written(w: &Write, e: &StoreError) -> bool {
 }
 
 fn insert_run(tx: &rusqlite::Connection, run: &Run, w: &Prepared) -> Result<Written, StoreError> {
-    tx.prepare_cached(&format!(
-        "INSERT INTO runs ({RUN_COLUMNS}) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15)"
-    ))?
-    .execute(params![
+    tx.prepare_cached(&INSERT_RUN)?.execute(params![
         run.id,
         run.goal,
         run.status.as_str(),
@@ -877,14 +893,7 @@ fn apply(tx: &rusqlite::Connection, t: &Transition, w: &Prepared) -> Result<Writ
         });
     }
     for row in &w.step_rows {
-        tx.prepare_cached(&format!(
-            "INSERT INTO steps ({STEP_COLUMNS}) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13)
-             ON CONFLICT(run_id, idx) DO UPDATE SET version=excluded.version, state=excluded.state,
-               decision=excluded.decision, call_tool=excluded.call_tool, call_args=excluded.call_args,
-               effect=excluded.effect, verdict=excluded.verdict, obs_kind=excluded.obs_kind,
-               obs_content=excluded.obs_content, updated_at=excluded.updated_at"
-        ))?
-        .execute(params![
+        tx.prepare_cached(&UPSERT_STEP)?.execute(params![
             row.run_id,
             row.idx,
             row.version,
@@ -901,12 +910,7 @@ fn apply(tx: &rusqlite::Connection, t: &Transition, w: &Prepared) -> Result<Writ
         ])?;
     }
     for row in &w.approval_rows {
-        tx.prepare_cached(&format!(
-            "INSERT INTO approvals ({APPROVAL_COLUMNS}) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15)
-             ON CONFLICT(id) DO UPDATE SET status=excluded.status, decided_by=excluded.decided_by,
-               note=excluded.note, decided_at=excluded.decided_at"
-        ))?
-        .execute(params![
+        tx.prepare_cached(&UPSERT_APPROVAL)?.execute(params![
             row.id,
             row.run_id,
             row.step_idx,
