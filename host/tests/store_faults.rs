@@ -1,6 +1,7 @@
 //! Bad files and faults: a corrupt or foreign database, a schema newer than
 //! the binary, a database locked by another writer, a full disk. Each gives a
-//! clear error and leaves no partial transition.
+//! clear error and leaves no partial transition. And an older schema, which
+//! is migrated with nothing lost.
 
 mod common;
 
@@ -173,4 +174,84 @@ async fn a_full_disk_stops_the_loop_with_a_clear_error_and_no_partial_transition
             s.index
         );
     }
+}
+
+/// A store written by a version-1 binary (events and model calls numbered
+/// by AUTOINCREMENT) opens in this one: migrated in place, every event kept
+/// with its number and order, and new events numbered after the old ones.
+#[test]
+fn a_version_1_store_is_migrated_keeping_every_event_and_its_number() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("keel.db");
+    {
+        let c = rusqlite::Connection::open(&p).unwrap();
+        c.execute_batch(keel::store::MIGRATIONS[0]).unwrap();
+        c.pragma_update(None, "user_version", 1).unwrap();
+        c.pragma_update(None, "application_id", 0x4B45_454C)
+            .unwrap();
+        c.execute(
+            "INSERT INTO runs (id, goal, status, limits, meta, step_count, model_calls, tokens,
+                consecutive_failures, created_at, updated_at)
+             VALUES ('old', 'g', 'completed', ?1, '{}', 1, 1, 10, 0, 1, 2)",
+            [serde_json::to_string(&Limits::default()).unwrap()],
+        )
+        .unwrap();
+        for (at, kind) in ["run.started", "step.started", "run.completed"]
+            .iter()
+            .enumerate()
+        {
+            c.execute(
+                "INSERT INTO events (run_id, step_idx, kind, data, at) VALUES ('old', NULL, ?1, '{}', ?2)",
+                rusqlite::params![kind, at as i64],
+            )
+            .unwrap();
+        }
+        c.execute(
+            "INSERT INTO model_calls (run_id, step_idx, provider, prompt_tokens, completion_tokens,
+                outcome, latency_ms, at) VALUES ('old', 0, 'stub', 5, 5, 'ok', 50, 1)",
+            [],
+        )
+        .unwrap();
+    }
+
+    let mut store = Store::open(&p, keel::Sync::Full).unwrap();
+    let version: i64 = store
+        .connection()
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, keel::store::CURRENT_VERSION);
+    let old = store.events_after(Some("old"), 0, 100).unwrap();
+    let seen: Vec<(i64, &str)> = old.iter().map(|e| (e.seq, e.kind.as_str())).collect();
+    assert_eq!(
+        seen,
+        [
+            (1, "run.started"),
+            (2, "step.started"),
+            (3, "run.completed")
+        ]
+    );
+    assert_eq!(store.model_call_count("old").unwrap(), 1);
+    assert_eq!(store.run("old").unwrap().status, RunStatus::Completed);
+
+    let mut run = store.run("old").unwrap();
+    run.id = "new".into();
+    run.status = RunStatus::Running;
+    let done = store
+        .create_run(
+            &run,
+            vec![keel::store::NewEvent::new(
+                "run.started",
+                None,
+                serde_json::json!({}),
+            )],
+        )
+        .unwrap();
+    assert_eq!(done.events[0].seq, 4, "new events come after the old ones");
+    let all: Vec<i64> = store
+        .events_after(None, 0, 100)
+        .unwrap()
+        .iter()
+        .map(|e| e.seq)
+        .collect();
+    assert_eq!(all, [1, 2, 3, 4]);
 }

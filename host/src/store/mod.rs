@@ -12,7 +12,7 @@ mod writer;
 
 pub use error::StoreError;
 pub use rows::{ApprovalRow, Event, StepRow};
-pub use schema::CURRENT_VERSION;
+pub use schema::{CURRENT_VERSION, MIGRATIONS};
 pub use writer::{StoreHandle, WriterStats, WRITER_THREAD};
 
 use crate::types::*;
