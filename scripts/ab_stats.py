@@ -22,6 +22,9 @@ METRICS = [
     ("cpu_s", "CPU (s)"),
     ("journal_records_per_run", "journal records per run"),
     ("transitions_per_commit", "transitions per commit"),
+    ("cpu_us_per_run", "CPU per run (µs)"),
+    ("writer_cpu_us_per_run", "store writer CPU per run (µs)"),
+    ("writer_busy_pct", "store writer busy (% of wall)"),
 ]
 
 
@@ -33,6 +36,8 @@ def change(base, head):
 
 
 def table(base_runs, head_runs):
+    """Per metric both sides report: the medians, the change, and in how
+    many of the interleaved pairs (base i, head i) head was lower."""
     rows = []
     for key, label in METRICS:
         b = [r[key] for r in base_runs if key in r]
@@ -41,7 +46,10 @@ def table(base_runs, head_runs):
             continue
         mb, mh = statistics.median(b), statistics.median(h)
         c = change(mb, mh)
-        rows.append((label, mb, mh, "n/a" if c is None else f"{c:+.1f}%"))
+        # Run i of base and run i of head ran one after the other.
+        pairs = list(zip(b, h)) if len(b) == len(h) else []
+        lower = f"{sum(1 for x, y in pairs if y < x)} of {len(pairs)}" if pairs else "n/a"
+        rows.append((label, mb, mh, "n/a" if c is None else f"{c:+.1f}%", lower))
     return rows
 
 
@@ -59,7 +67,9 @@ def self_test():
     base = [{"wall_s": w} for w in (3.0, 1.0, 2.0)]
     head = [{"wall_s": w} for w in (1.0, 1.5, 2.0, 9.0)]
     rows = table(base, head)
-    assert rows == [("wall (s)", 2.0, 1.75, "-12.5%")], rows
+    assert rows == [("wall (s)", 2.0, 1.75, "-12.5%", "n/a")], rows
+    rows = table(base, head[:3])
+    assert rows == [("wall (s)", 2.0, 1.5, "-25.0%", "1 of 3")], rows
     print("ab_stats self-test: ok")
 
 
@@ -81,10 +91,10 @@ def main():
     print(f"A/B of `keel bench fanout`, {len(base)} runs of each, interleaved")
     print(f"machine: {a.machine}")
     print(f"base: {a.base}\nhead: {a.head}\n")
-    print("| metric | base (median) | head (median) | change |")
-    print("|---|---|---|---|")
-    for label, mb, mh, c in table(base, head):
-        print(f"| {label} | {mb:.4g} | {mh:.4g} | {c} |")
+    print("| metric | base (median) | head (median) | change | head lower in |")
+    print("|---|---|---|---|---|")
+    for label, mb, mh, c, lower in table(base, head):
+        print(f"| {label} | {mb:.4g} | {mh:.4g} | {c} | {lower} |")
     return 0
 
 
