@@ -197,7 +197,7 @@ pub struct Exports {
     init: ComponentExportIndex,
     main: ComponentExportIndex,
     main_name: &'static str,
-    checked: AtomicBool,
+    types_checked: AtomicBool,
 }
 
 impl Exports {
@@ -212,35 +212,40 @@ impl Exports {
             init: index("init")?,
             main: index(main)?,
             main_name: main,
-            checked: AtomicBool::new(false),
+            types_checked: AtomicBool::new(false),
         })
     }
 
-    fn get(
+    /// `instance`'s `init` and main export, checked against `init: IP -> IR`
+    /// and `main: MP -> MR` unless an earlier instance of the plugin passed.
+    fn checked<IP, IR, MP, MR>(
         &self,
         store: &mut Store<HostState>,
         instance: &Instance,
-    ) -> Result<(Func, Func), String> {
-        let get = |store: &mut Store<HostState>, index: &ComponentExportIndex, name: &str| {
+    ) -> Result<(Func, Func), String>
+    where
+        IP: ComponentNamedList + Lower,
+        IR: ComponentNamedList + Lift,
+        MP: ComponentNamedList + Lower,
+        MR: ComponentNamedList + Lift,
+    {
+        let mut get = |index: &ComponentExportIndex, name: &str| {
             instance
                 .get_func(&mut *store, index)
                 .ok_or_else(|| format!("the component exports no `{name}`"))
         };
-        Ok((
-            get(store, &self.init, "init")?,
-            get(store, &self.main, self.main_name)?,
-        ))
-    }
-
-    /// Checks `f` against `P -> R` unless an earlier instance passed.
-    fn check<P, R>(&self, store: &Store<HostState>, f: Func, name: &str) -> Result<(), String>
-    where
-        P: ComponentNamedList + Lower,
-        R: ComponentNamedList + Lift,
-    {
-        f.typed::<P, R>(store)
-            .map(drop)
-            .map_err(|e| format!("`{name}` does not have the signature of the WIT: {e:#}"))
+        let (init, main) = (get(&self.init, "init")?, get(&self.main, self.main_name)?);
+        if !self.types_checked.load(Ordering::Acquire) {
+            let wrong = |name: &str, e: wasmtime::Error| {
+                format!("`{name}` does not have the signature of the WIT: {e:#}")
+            };
+            init.typed::<IP, IR>(&*store)
+                .map_err(|e| wrong("init", e))?;
+            main.typed::<MP, MR>(&*store)
+                .map_err(|e| wrong(self.main_name, e))?;
+            self.types_checked.store(true, Ordering::Release);
+        }
+        Ok((init, main))
     }
 
     /// An agent instance's `init` and `decide`.
@@ -249,12 +254,10 @@ impl Exports {
         store: &mut Store<HostState>,
         instance: &Instance,
     ) -> Result<(AgentInit, Decide), String> {
-        let (init, decide) = self.get(store, instance)?;
-        if !self.checked.load(Ordering::Acquire) {
-            self.check::<AgentInitParams<'static>, InitResults>(store, init, "init")?;
-            self.check::<DecideParams<'static>, DecideResults>(store, decide, "decide")?;
-            self.checked.store(true, Ordering::Release);
-        }
+        let (init, decide) = self
+            .checked::<AgentInitParams<'static>, InitResults, DecideParams<'static>, DecideResults>(
+                store, instance,
+            )?;
         Ok((AgentInit(init), Decide(decide)))
     }
 
@@ -264,12 +267,12 @@ impl Exports {
         store: &mut Store<HostState>,
         instance: &Instance,
     ) -> Result<(PolicyInit, Evaluate), String> {
-        let (init, evaluate) = self.get(store, instance)?;
-        if !self.checked.load(Ordering::Acquire) {
-            self.check::<PolicyInitParams<'static>, InitResults>(store, init, "init")?;
-            self.check::<EvaluateParams<'static>, EvaluateResults>(store, evaluate, "evaluate")?;
-            self.checked.store(true, Ordering::Release);
-        }
+        let (init, evaluate) = self.checked::<
+            PolicyInitParams<'static>,
+            InitResults,
+            EvaluateParams<'static>,
+            EvaluateResults,
+        >(store, instance)?;
         Ok((PolicyInit(init), Evaluate(evaluate)))
     }
 }
