@@ -474,7 +474,7 @@ impl Store {
     }
 
     /// Commits one prepared write in its own transaction.
-    pub fn commit_prepared_one(&mut self, w: Prepared) -> Result<Committed, StoreError> {
+    fn commit_prepared_one(&mut self, w: Prepared) -> Result<Committed, StoreError> {
         let written = self.write_prepared_one(&w)?;
         Ok(w.committed(written))
     }
