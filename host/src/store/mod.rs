@@ -5,6 +5,7 @@
 //! owner. Writers sync every commit (`synchronous=FULL` by default). Operator
 //! tools open the file read-only: that never migrates and never writes.
 
+mod apply;
 mod error;
 mod rows;
 mod schema;
@@ -19,7 +20,6 @@ use crate::types::*;
 use rows::{read_event, read_run, APPROVAL_COLUMNS, RUN_COLUMNS, STEP_COLUMNS};
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, TransactionBehavior};
 use std::path::Path;
-use std::sync::LazyLock;
 use std::time::Duration;
 
 /// How long a writer waits for another writer's lock before giving up.
@@ -462,11 +462,14 @@ impl Store {
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
         let mut out = Vec::with_capacity(ws.len());
-        for w in ws {
-            match write(&tx, w) {
-                Ok(c) => out.push(Ok(c)),
-                Err(e) if nothing_written(&w.write, &e) => out.push(Err(e)),
-                Err(e) => return Err(e), // dropping `tx` rolls the group back
+        {
+            let mut stmts = apply::Statements::new(&tx);
+            for w in ws {
+                match stmts.write(w) {
+                    Ok(c) => out.push(Ok(c)),
+                    Err(e) if apply::nothing_written(&w.write, &e) => out.push(Err(e)),
+                    Err(e) => return Err(e), // dropping `tx` rolls the group back
+                }
             }
         }
         tx.commit()?;
@@ -489,7 +492,7 @@ impl Store {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let done = write(&tx, w)?;
+        let done = apply::Statements::new(&tx).write(w)?;
         tx.commit()?;
         Ok(done)
     }
@@ -635,7 +638,7 @@ impl Store {
                 "run {run_id}: lease changed while taking it"
             )));
         }
-        insert_events(&tx, run_id, now, &encode(&events))?;
+        apply::insert_events(&tx, run_id, now, &encode(&events))?;
         tx.commit()?;
         let mut run = run;
         run.lease_owner = Some(owner.to_string());
@@ -694,7 +697,7 @@ impl Store {
             "UPDATE runs SET status='cancelled', reason='operator_cancelled', updated_at=?2 WHERE id=?1 AND status=?3",
         )?
         .execute(params![run_id, now, run.status.as_str()])?;
-        insert_events(
+        apply::insert_events(
             &tx,
             run_id,
             now,
@@ -767,7 +770,7 @@ impl Store {
         } else {
             "approval.denied"
         };
-        insert_events(
+        apply::insert_events(
             &tx,
             &a.run_id,
             now,
@@ -796,190 +799,6 @@ impl Store {
     pub fn connection(&self) -> &Connection {
         &self.conn
     }
-}
-
-// The writes' SQL, put together once: a transition's statements are
-// looked up by their text in the connection's statement cache.
-static INSERT_RUN: LazyLock<String> = LazyLock::new(|| {
-    format!("INSERT INTO runs ({RUN_COLUMNS}) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15)")
-});
-static UPSERT_STEP: LazyLock<String> = LazyLock::new(|| {
-    format!("INSERT INTO steps ({STEP_COLUMNS}) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13)
-             ON CONFLICT(run_id, idx) DO UPDATE SET version=excluded.version, state=excluded.state,
-               decision=excluded.decision, call_tool=excluded.call_tool, call_args=excluded.call_args,
-               effect=excluded.effect, verdict=excluded.verdict, obs_kind=excluded.obs_kind,
-               obs_content=excluded.obs_content, updated_at=excluded.updated_at")
-});
-static UPSERT_APPROVAL: LazyLock<String> = LazyLock::new(|| {
-    format!("INSERT INTO approvals ({APPROVAL_COLUMNS}) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15)
-             ON CONFLICT(id) DO UPDATE SET status=excluded.status, decided_by=excluded.decided_by,
-               note=excluded.note, decided_at=excluded.decided_at")
-});
-
-fn write(tx: &rusqlite::Connection, w: &Prepared) -> Result<Written, StoreError> {
-    match &w.write {
-        Write::Create { run, .. } => insert_run(tx, run, w),
-        Write::Transition(t) => apply(tx, t, w),
-    }
-}
-
-/// Whether `e` came from `w`'s first statement, which left nothing behind
-/// (SQLite undoes a failed statement, and the transaction goes on).
-fn nothing_written(w: &Write, e: &StoreError) -> bool {
-    match (w, e) {
-        (Write::Transition(_), StoreError::Conflict { .. } | StoreError::RunNotFound(_)) => true,
-        (
-            Write::Create { .. },
-            StoreError::Sqlite(rusqlite::Error::SqliteFailure(
-                rusqlite::ffi::Error {
-                    code: rusqlite::ffi::ErrorCode::ConstraintViolation,
-                    ..
-                },
-                _,
-            )),
-        ) => true,
-        _ => false,
-    }
-}
-
-fn insert_run(tx: &rusqlite::Connection, run: &Run, w: &Prepared) -> Result<Written, StoreError> {
-    tx.prepare_cached(&INSERT_RUN)?.execute(params![
-        run.id,
-        run.goal,
-        run.status.as_str(),
-        run.reason,
-        run.result,
-        w.limits,
-        run.meta,
-        run.step_count,
-        run.model_calls,
-        run.tokens as i64,
-        run.consecutive_failures,
-        run.lease_owner,
-        run.lease_expires,
-        run.created_at,
-        run.updated_at
-    ])?;
-    insert_events(tx, &run.id, run.updated_at, &w.events)
-}
-
-/// `w` holds `t`'s rows and events, encoded (`t.events` is not read).
-fn apply(tx: &rusqlite::Connection, t: &Transition, w: &Prepared) -> Result<Written, StoreError> {
-    let run = &t.run;
-    let n = tx
-        .prepare_cached(
-            "UPDATE runs SET status=?2, reason=?3, result=?4, limits=?5, step_count=?6, model_calls=?7, tokens=?8,
-                consecutive_failures=?9, lease_owner=?10, lease_expires=?11, updated_at=?12
-             WHERE id=?1 AND status=?13 AND lease_owner IS ?14",
-        )?
-        .execute(params![
-            run.id,
-            run.status.as_str(),
-            run.reason,
-            run.result,
-            w.limits,
-            run.step_count,
-            run.model_calls,
-            run.tokens as i64,
-            run.consecutive_failures,
-            run.lease_owner,
-            run.lease_expires,
-            run.updated_at,
-            t.expect.status.as_str(),
-            t.expect.owner,
-        ])?;
-    if n != 1 {
-        let cur: Option<(String, Option<String>)> = tx
-            .query_row(
-                "SELECT status, lease_owner FROM runs WHERE id=?1",
-                [&run.id],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .optional()?;
-        return Err(match cur {
-            None => StoreError::RunNotFound(run.id.clone()),
-            Some((status, owner)) => StoreError::Conflict {
-                run_id: run.id.clone(),
-                status: status.parse().map_err(StoreError::BadRow)?,
-                owner,
-            },
-        });
-    }
-    for row in &w.step_rows {
-        tx.prepare_cached(&UPSERT_STEP)?.execute(params![
-            row.run_id,
-            row.idx,
-            row.version,
-            row.state,
-            row.decision,
-            row.call_tool,
-            row.call_args,
-            row.effect,
-            row.verdict,
-            row.obs_kind,
-            row.obs_content,
-            row.started_at,
-            row.updated_at
-        ])?;
-    }
-    for row in &w.approval_rows {
-        tx.prepare_cached(&UPSERT_APPROVAL)?.execute(params![
-            row.id,
-            row.run_id,
-            row.step_idx,
-            row.kind,
-            row.status,
-            row.tool,
-            row.arguments,
-            row.reason,
-            row.presentation,
-            row.hash,
-            row.created_at,
-            row.expires_at,
-            row.decided_by,
-            row.note,
-            row.decided_at
-        ])?;
-    }
-    for m in &t.model_calls {
-        tx.prepare_cached(
-            "INSERT INTO model_calls (run_id, step_idx, provider, prompt_tokens, completion_tokens, outcome, error, latency_ms, at)
-             VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9)",
-        )?
-        .execute(params![
-            run.id,
-            m.step_index,
-            m.provider,
-            m.prompt_tokens,
-            m.completion_tokens,
-            m.outcome,
-            m.error,
-            m.latency_ms as i64,
-            run.updated_at
-        ])?;
-    }
-    insert_events(tx, &run.id, run.updated_at, &w.events)
-}
-
-/// Inserts `events`; returns their sequence numbers.
-fn insert_events(
-    tx: &rusqlite::Connection,
-    run_id: &str,
-    at: i64,
-    events: &[EncodedEvent],
-) -> Result<Written, StoreError> {
-    let mut seqs = Vec::with_capacity(events.len());
-    if events.is_empty() {
-        return Ok(Written { seqs });
-    }
-    let mut stmt = tx.prepare_cached(
-        "INSERT INTO events (run_id, step_idx, kind, data, at) VALUES (?1,?2,?3,?4,?5)",
-    )?;
-    for e in events {
-        stmt.execute(params![run_id, e.step_index, e.kind, e.data, at])?;
-        seqs.push(tx.last_insert_rowid());
-    }
-    Ok(Written { seqs })
 }
 
 fn classify_open(path: &str, e: rusqlite::Error) -> StoreError {
