@@ -39,7 +39,7 @@ impl Obj {
 
     /// The path of `key` inside this object.
     pub fn key_path(&self, key: &str) -> String {
-        format!("{}.{}", self.path, key)
+        join(&self.path, '.', key)
     }
 
     /// Takes `key` out, if present.
@@ -97,7 +97,7 @@ impl Obj {
                 items
                     .into_iter()
                     .enumerate()
-                    .map(|(i, v)| (format!("{path}[{i}]"), v))
+                    .map(|(i, v)| (index_path(&path, i), v))
                     .collect(),
             )),
             Some(_) => Err(format!("{path}: expected an array")),
@@ -131,8 +131,43 @@ impl Obj {
         let path = self.path;
         self.map
             .into_iter()
-            .map(move |(k, v)| (format!("{path}.{k}"), k, v))
+            .map(move |(k, v)| (join(&path, '.', &k), k, v))
     }
+}
+
+// Paths are built on every successful read, in every instance's `init`:
+// plain concatenation, because `format!` costs a fresh instance several
+// times more (its first indirect calls each go through the runtime).
+
+fn join(path: &str, sep: char, key: &str) -> String {
+    let mut out = String::with_capacity(path.len() + 1 + key.len());
+    out.push_str(path);
+    out.push(sep);
+    out.push_str(key);
+    out
+}
+
+/// `path[i]`.
+fn index_path(path: &str, i: usize) -> String {
+    let mut digits = [0u8; 20];
+    let mut n = digits.len();
+    let mut rest = i;
+    loop {
+        n -= 1;
+        digits[n] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    let mut out = String::with_capacity(path.len() + digits.len() - n + 2);
+    out.push_str(path);
+    out.push('[');
+    for &d in &digits[n..] {
+        out.push(char::from(d));
+    }
+    out.push(']');
+    out
 }
 
 #[cfg(test)]
@@ -150,6 +185,22 @@ mod tests {
             "config.rules[0].action: expected a string"
         );
         assert_eq!(c.finish().unwrap_err(), "config: unknown key \"extra\"");
+    }
+
+    #[test]
+    fn paths_of_keys_and_elements() {
+        let mut c = parse(r#"{"a":{"b":1},"list":[0,1,2,3,4,5,6,7,8,9,10]}"#).unwrap();
+        assert_eq!(c.key_path("x"), "config.x");
+        let items = c.req_array("list").unwrap();
+        let paths: Vec<&str> = items.iter().map(|(p, _)| p.as_str()).collect();
+        assert_eq!(paths[0], "config.list[0]");
+        assert_eq!(paths[9], "config.list[9]");
+        assert_eq!(paths[10], "config.list[10]");
+        assert_eq!(index_path("p", 1234567), "p[1234567]");
+        let a = c.opt_obj("a").unwrap().unwrap();
+        assert_eq!(a.path(), "config.a");
+        let e: Vec<_> = a.into_entries().collect();
+        assert_eq!(e[0].0, "config.a.b");
     }
 
     #[test]
