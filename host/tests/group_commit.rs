@@ -196,3 +196,112 @@ fn a_write_failing_part_way_fails_alone_and_the_rest_of_its_group_commits() {
     assert_eq!(s.run("b").unwrap().step_count, 1);
     assert_eq!(kinds(&s, "b"), ["step.started"]);
 }
+
+#[test]
+fn a_group_writes_every_step_version_and_status_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Store::open(dir.path().join("keel.db"), keel::Sync::Full).unwrap();
+    let run = |id: &str, status: RunStatus, steps: u32| {
+        let mut r = Run::new(id, "g", Limits::default(), 0);
+        r.lease_owner = Some("me".into());
+        r.status = status;
+        r.step_count = steps;
+        r
+    };
+    let step = |version: u32, state: StepState| Step {
+        index: 0,
+        version,
+        state,
+        decision: None,
+        call: None,
+        effect: None,
+        verdict: None,
+        observation: None,
+        started_at: 1,
+        updated_at: version as i64,
+    };
+    let transition = |r: Run, was: RunStatus, steps: Vec<Step>| {
+        Write::Transition(Transition {
+            expect: Expect {
+                status: was,
+                owner: Some("me".into()),
+            },
+            run: r,
+            steps,
+            approvals: vec![],
+            events: vec![],
+            model_calls: vec![],
+        })
+    };
+    for id in ["a", "b"] {
+        s.create_run(&run(id, RunStatus::Running, 0), vec![])
+            .unwrap();
+    }
+    // One group: a step is created and updated twice, its run's status is
+    // kept and then changed; the other run pauses with its step decided.
+    let results = s
+        .commit_group(vec![
+            transition(
+                run("a", RunStatus::Running, 1),
+                RunStatus::Running,
+                vec![step(1, StepState::Started)],
+            ),
+            transition(
+                run("b", RunStatus::Running, 1),
+                RunStatus::Running,
+                vec![step(1, StepState::Started)],
+            ),
+            transition(
+                run("a", RunStatus::Running, 1),
+                RunStatus::Running,
+                vec![step(2, StepState::Decided)],
+            ),
+            transition(
+                run("b", RunStatus::WaitingForApproval, 1),
+                RunStatus::Running,
+                vec![step(2, StepState::AwaitingApproval)],
+            ),
+            transition(
+                run("a", RunStatus::Completed, 1),
+                RunStatus::Running,
+                vec![step(3, StepState::Done)],
+            ),
+        ])
+        .unwrap();
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    assert_eq!(only_step(&s, "a"), (3, StepState::Done));
+    assert_eq!(only_step(&s, "b"), (2, StepState::AwaitingApproval));
+    // The status index follows every status change.
+    let listed = |status| -> Vec<String> {
+        s.list_runs(Some(status), 10)
+            .unwrap()
+            .into_iter()
+            .map(|r| r.id)
+            .collect()
+    };
+    assert_eq!(listed(RunStatus::Completed), ["a"]);
+    assert_eq!(listed(RunStatus::WaitingForApproval), ["b"]);
+    assert!(listed(RunStatus::Running).is_empty());
+
+    // A later version of a step whose row is missing is written whole.
+    s.connection()
+        .execute("DELETE FROM steps WHERE run_id='b'", [])
+        .unwrap();
+    let results = s
+        .commit_group(vec![transition(
+            run("b", RunStatus::WaitingForApproval, 1),
+            RunStatus::WaitingForApproval,
+            vec![step(3, StepState::Executing)],
+        )])
+        .unwrap();
+    assert!(results[0].is_ok(), "{results:?}");
+    assert_eq!(only_step(&s, "b"), (3, StepState::Executing));
+    assert_eq!(s.load_steps("b").unwrap()[0].started_at, 1);
+}
+
+/// A run's one step row: its version and state.
+fn only_step(s: &Store, id: &str) -> (u32, StepState) {
+    let steps = s.load_steps(id).unwrap();
+    assert_eq!(steps.len(), 1, "one row per step");
+    (steps[0].version, steps[0].state)
+}
