@@ -104,12 +104,11 @@ impl<'c> Statements<'c> {
 
     fn get(&mut self, sql: Sql) -> Result<&mut CachedStatement<'c>, StoreError> {
         let slot = &mut self.slots[sql as usize];
-        if slot.is_none() {
-            *slot = Some(self.conn.prepare_cached(sql.text())?);
-        }
-        // Just filled if it was empty.
-        slot.as_mut()
-            .ok_or_else(|| StoreError::Refused("a statement slot stayed empty".into()))
+        let stmt = match slot.take() {
+            Some(stmt) => stmt,
+            None => self.conn.prepare_cached(sql.text())?,
+        };
+        Ok(slot.insert(stmt))
     }
 
     /// Runs `w`'s statements. Its first is the compare-and-set (or, for a
