@@ -25,10 +25,12 @@ enum Sql {
     UpdateStep,
     UpsertApproval,
     InsertModelCall,
+    /// The last kind: [`KINDS`] counts up to it.
     InsertEvent,
 }
 
-const KINDS: usize = 8;
+/// How many kinds there are: one statement slot each.
+const KINDS: usize = Sql::InsertEvent as usize + 1;
 
 // The text of each statement, put together once.
 static INSERT_RUN: LazyLock<String> = LazyLock::new(|| {
