@@ -5,6 +5,7 @@
 mod common;
 
 use common::*;
+use keel::store::{Expect, Transition};
 use keel::*;
 use std::io::Write;
 use std::path::Path;
@@ -294,4 +295,67 @@ fn two_processes_racing_for_one_run_never_both_drive_it() {
         .collect();
     assert_eq!(pids.len(), 1, "every step ran in one process: {lines}");
     assert_eq!(lines.lines().count(), 8, "each step ran once");
+}
+
+/// Keel before this version wrote a step's end and the next step's start as two
+/// writes, so a store may hold a running run whose last step is done, with
+/// no next step. Resumed, it goes on with the next step and repeats
+/// nothing of the finished one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_left_between_two_steps_resumes_with_the_next() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("keel.db");
+    let log = dir.path().join("effects.log");
+    let mut s = Store::open(&db, keel::Sync::Full).unwrap();
+    let run = Run::new("between", "between", Limits::default(), 0);
+    s.create_run(&run, vec![]).unwrap();
+    let args = r#"{"n":1}"#;
+    let done = Step {
+        index: 0,
+        version: 4,
+        state: StepState::Done,
+        decision: Some(call("write_a", args)),
+        call: Some(ToolCall {
+            tool: "write_a".into(),
+            arguments: args.into(),
+        }),
+        effect: Some(Effect::LocalMutation),
+        verdict: Some(Verdict::Allow),
+        observation: Some(Observation {
+            kind: ObservationKind::ToolResult,
+            content: r#"{"did":"write_a"}"#.into(),
+        }),
+        started_at: 0,
+        updated_at: 1,
+    };
+    let mut next = run.clone();
+    next.step_count = 1;
+    next.updated_at = 1;
+    s.commit(Transition {
+        expect: Expect {
+            status: RunStatus::Running,
+            owner: None,
+        },
+        run: next,
+        steps: vec![done.clone()],
+        approvals: vec![],
+        events: vec![],
+        model_calls: vec![],
+    })
+    .unwrap();
+    drop(s);
+
+    let (c, _) = consumers(script(), logged_tools(&log));
+    let out = runtime(&db).resume("between", c).await.unwrap();
+    assert_eq!(out.run.status, RunStatus::Completed, "{:?}", out.run);
+    assert_eq!(runs_of(&log, "write_a"), 0, "step 0 ran before; not again");
+    assert_eq!(runs_of(&log, "read_b"), 1);
+    assert_eq!(runs_of(&log, "put_c"), 1);
+    let steps = Store::open_read_only(&db)
+        .unwrap()
+        .load_steps("between")
+        .unwrap();
+    assert_eq!(steps.len(), 4);
+    assert_eq!(steps[0], done, "the finished step is kept as it was");
+    assert!(steps.iter().all(|s| s.state == StepState::Done));
 }

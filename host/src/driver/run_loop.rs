@@ -73,21 +73,31 @@ pub(super) async fn start(
     run.meta = meta.to_string();
     run.lease_owner = Some(owner.clone());
     run.lease_expires = Some(now + rt.lease_ttl_ms);
-    let events = vec![NewEvent::new(
+    let mut events = vec![NewEvent::new(
         "run.started",
         None,
         json!({ "goal": goal, "limits": run.limits }),
     )];
-    let committed = rt.store.create_run(run.clone(), events).await?;
+    // The first step starts with the run, in the same write, unless a
+    // limit forbids it (the loop then ends the run with that reason).
+    let mut steps = vec![];
+    if limit_hit(&run, now).is_none() {
+        steps.push(started_step(0, now));
+        run.step_count = 1;
+        events.push(NewEvent::new("step.started", Some(0), json!({})));
+    }
+    let committed = rt.store.create_run(run.clone(), steps, events).await?;
+    let crash_points: Vec<&str> = committed.events.iter().map(|e| e.kind.as_str()).collect();
     let mut lp = Loop {
         rt,
         owner,
-        run,
-        steps: vec![],
+        run: committed.run,
+        steps: committed.steps,
         approvals: vec![],
         c,
     };
     lp.notify(&committed.events);
+    lp.maybe_crash(&crash_points);
     let _hb = heartbeat(rt, &lp.run.id, &lp.owner);
     let flow = lp.drive().await;
     lp.finish(flow).await
@@ -188,12 +198,13 @@ impl<'r> Loop<'r> {
             run.lease_owner = None;
             run.lease_expires = None;
         }
-        let crash_point = events
+        let (mut steps, mut events) = (steps, events);
+        self.start_next_with(&mut run, &mut steps, &mut events);
+        let crash_points: Vec<&'static str> = events
             .iter()
-            .rev()
-            .find(|e| !e.kind.starts_with("plugin."))
-            .map(|e| e.kind);
-        let mut events = events;
+            .filter(|e| !e.kind.starts_with("plugin."))
+            .map(|e| e.kind)
+            .collect();
         let logs = self.c.events.drain();
         if !logs.is_empty() {
             let mut all = logs;
@@ -229,7 +240,7 @@ impl<'r> Loop<'r> {
                     }
                 }
                 self.notify(&done.events);
-                self.maybe_crash(crash_point);
+                self.maybe_crash(&crash_points);
                 Ok(())
             }
             Err(StoreError::Conflict { .. }) => {
@@ -249,20 +260,44 @@ impl<'r> Loop<'r> {
         }
     }
 
-    /// Test hook: abort the process right after a named write committed
-    /// (`KEEL_TEST_CRASH_AT=step.executing@2` is the second such write).
-    fn maybe_crash(&self, point: Option<&str>) {
+    /// Test hook: abort the process right after a write with a named event
+    /// committed (`KEEL_TEST_CRASH_AT=step.executing@2` is the second such
+    /// write). A write that finishes a step and starts the next is a crash
+    /// point of both.
+    fn maybe_crash(&self, points: &[&str]) {
         static SEEN: AtomicU32 = AtomicU32::new(0);
-        let (Some(spec), Some(point)) = (&self.rt.crash_at, point) else {
+        let Some(spec) = &self.rt.crash_at else {
             return;
         };
         let (name, nth) = spec
             .split_once('@')
             .map(|(n, k)| (n, k.parse().unwrap_or(1)))
             .unwrap_or((spec.as_str(), 1));
-        if name == point && SEEN.fetch_add(1, Ordering::SeqCst) + 1 == nth {
+        if points.contains(&name) && SEEN.fetch_add(1, Ordering::SeqCst) + 1 == nth {
             std::process::abort();
         }
+    }
+
+    /// When `steps` finishes the run's last step and the run goes on within
+    /// its limits, the next step starts in the same transition: one write
+    /// instead of two, with the same rows and events. Nothing happens
+    /// between the two, so nothing is lost; a crash after it leaves a
+    /// started step, which the loop takes up as it would after a crash
+    /// before a decision.
+    fn start_next_with(&self, run: &mut Run, steps: &mut Vec<Step>, events: &mut Vec<NewEvent>) {
+        let finishes_last = steps
+            .iter()
+            .any(|s| s.state == StepState::Done && s.index + 1 == run.step_count);
+        if !finishes_last
+            || run.status != RunStatus::Running
+            || limit_hit(run, run.updated_at).is_some()
+        {
+            return;
+        }
+        let i = run.step_count;
+        run.step_count += 1;
+        steps.push(started_step(i, run.updated_at));
+        events.push(NewEvent::new("step.started", Some(i), json!({})));
     }
 
     async fn reload_if_asked(&mut self) -> Flow<()> {
@@ -621,24 +656,7 @@ impl<'r> Loop<'r> {
     }
 
     async fn check_limits(&mut self) -> Flow<Option<Outcome>> {
-        let l = self.run.limits.clone();
-        let now = self.now();
-        let hit = if self.run.step_count >= l.max_steps {
-            Some((
-                "limit_steps",
-                format!("the run reached its limit of {} steps", l.max_steps),
-            ))
-        } else if l
-            .deadline_ms
-            .is_some_and(|d| now - self.run.created_at >= d as i64)
-        {
-            Some((
-                "limit_deadline",
-                "the run passed its wall-clock deadline".to_string(),
-            ))
-        } else {
-            None
-        };
+        let hit = limit_hit(&self.run, self.now());
         match hit {
             None => Ok(None),
             Some((reason, msg)) => {
@@ -659,18 +677,7 @@ impl<'r> Loop<'r> {
     async fn start_step(&mut self) -> Flow<u32> {
         let now = self.now();
         let i = self.run.step_count;
-        let step = Step {
-            index: i,
-            version: 1,
-            state: StepState::Started,
-            decision: None,
-            call: None,
-            effect: None,
-            verdict: None,
-            observation: None,
-            started_at: now,
-            updated_at: now,
-        };
+        let step = started_step(i, now);
         let mut run = self.next_run(now);
         run.step_count += 1;
         self.commit(
@@ -1068,6 +1075,44 @@ impl<'r> Loop<'r> {
             }
         }
         n
+    }
+}
+
+/// The limit that keeps `run` from starting another step at `now`, if any:
+/// its reason and message.
+fn limit_hit(run: &Run, now: i64) -> Option<(&'static str, String)> {
+    let l = &run.limits;
+    if run.step_count >= l.max_steps {
+        Some((
+            "limit_steps",
+            format!("the run reached its limit of {} steps", l.max_steps),
+        ))
+    } else if l
+        .deadline_ms
+        .is_some_and(|d| now - run.created_at >= d as i64)
+    {
+        Some((
+            "limit_deadline",
+            "the run passed its wall-clock deadline".to_string(),
+        ))
+    } else {
+        None
+    }
+}
+
+/// Step `i` as it starts, before the agent decides it.
+fn started_step(i: u32, now: i64) -> Step {
+    Step {
+        index: i,
+        version: 1,
+        state: StepState::Started,
+        decision: None,
+        call: None,
+        effect: None,
+        verdict: None,
+        observation: None,
+        started_at: now,
+        updated_at: now,
     }
 }
 

@@ -140,6 +140,7 @@ impl<'c> Statements<'c> {
             run.created_at,
             run.updated_at
         ])?;
+        self.write_steps(w)?;
         self.insert_events(&run.id, run.updated_at, &w.events)
     }
 
@@ -170,29 +171,7 @@ impl<'c> Statements<'c> {
         if n != 1 {
             return Err(self.refusal(&run.id));
         }
-        for row in &w.step_rows {
-            let p = params![
-                row.run_id,
-                row.idx,
-                row.version,
-                row.state,
-                row.decision,
-                row.call_tool,
-                row.call_args,
-                row.effect,
-                row.verdict,
-                row.obs_kind,
-                row.obs_content,
-                row.started_at,
-                row.updated_at
-            ];
-            // A later version of a step updates its row; should the row be
-            // missing all the same, the upsert writes it.
-            let updated = row.version > 1 && self.get(Sql::UpdateStep)?.execute(p)? == 1;
-            if !updated {
-                self.get(Sql::UpsertStep)?.execute(p)?;
-            }
-        }
+        self.write_steps(w)?;
         for row in &w.approval_rows {
             self.get(Sql::UpsertApproval)?.execute(params![
                 row.id,
@@ -251,6 +230,33 @@ impl<'c> Statements<'c> {
                 Err(e) => StoreError::BadRow(e),
             },
         }
+    }
+
+    /// `w`'s step rows: a later version of a step updates its row; should
+    /// the row be missing all the same, the upsert writes it.
+    fn write_steps(&mut self, w: &Prepared) -> Result<(), StoreError> {
+        for row in &w.step_rows {
+            let p = params![
+                row.run_id,
+                row.idx,
+                row.version,
+                row.state,
+                row.decision,
+                row.call_tool,
+                row.call_args,
+                row.effect,
+                row.verdict,
+                row.obs_kind,
+                row.obs_content,
+                row.started_at,
+                row.updated_at
+            ];
+            let updated = row.version > 1 && self.get(Sql::UpdateStep)?.execute(p)? == 1;
+            if !updated {
+                self.get(Sql::UpsertStep)?.execute(p)?;
+            }
+        }
+        Ok(())
     }
 
     /// Inserts `events`; returns their sequence numbers.

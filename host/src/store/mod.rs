@@ -148,7 +148,7 @@ impl Prepared {
             Write::Transition(t) => std::mem::take(&mut t.events),
         };
         let (run, steps, approvals) = match &write {
-            Write::Create { run, .. } => (run, &[][..], &[][..]),
+            Write::Create { run, steps, .. } => (run, &steps[..], &[][..]),
             Write::Transition(t) => (&t.run, &t.steps[..], &t.approvals[..]),
         };
         let step_rows: Vec<StepRow> = steps.iter().map(|s| StepRow::encode(&run.id, s)).collect();
@@ -230,9 +230,11 @@ pub struct Written {
 /// A write the store's writer thread may commit in a group with others.
 #[derive(Debug, Clone)]
 pub enum Write {
-    /// A new run and its first events ([`Store::create_run`]).
+    /// A new run, perhaps with its first step started, and its first
+    /// events ([`Store::create_run`]).
     Create {
         run: Run,
+        steps: Vec<Step>,
         events: Vec<NewEvent>,
     },
     Transition(Transition),
@@ -427,6 +429,7 @@ impl Store {
     ) -> Result<Committed, StoreError> {
         self.commit_prepared_one(Prepared::new(Write::Create {
             run: run.clone(),
+            steps: vec![],
             events,
         })?)
     }

@@ -12,7 +12,7 @@
 //! two writes meet, they queue and the writer thread groups them.
 
 use super::{Committed, NewEvent, Prepared, Store, StoreError, Transition, Write, Written};
-use crate::types::Run;
+use crate::types::{Run, Step};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
@@ -139,13 +139,15 @@ impl StoreHandle {
         self.write(Write::Transition(t)).await
     }
 
-    /// Inserts a new run (possibly grouped with other runs' writes).
+    /// Inserts a new run with `steps`, its first (possibly grouped with
+    /// other runs' writes).
     pub async fn create_run(
         &self,
         run: Run,
+        steps: Vec<Step>,
         events: Vec<NewEvent>,
     ) -> Result<Committed, StoreError> {
-        self.write(Write::Create { run, events }).await
+        self.write(Write::Create { run, steps, events }).await
     }
 
     async fn write(&self, w: Write) -> Result<Committed, StoreError> {
