@@ -175,13 +175,25 @@ impl WasmHost {
         if opts.pooling {
             let mut pool = PoolingAllocationConfig::new();
             let n = opts.max_instances.max(8);
-            pool.total_component_instances(n);
+            // The pools whose slots match instances one to one get an
+            // eighth more. Their free slots are split between per-CPU
+            // shards, and a thread that finds its own shard full probes the
+            // others one lock at a time: with only a handful free, a thread
+            // preempted between two probes while another takes the last
+            // free slots of the second shard fails to allocate, although
+            // slots were freed meanwhile (seen once in the fan-out: 1 run
+            // of 20,000 refused "maximum concurrent limit of 10016 for
+            // fibers", while at most 10,000 stacks were ever live). These
+            // slots are small; memories, at several GiB of address space
+            // each, already have twice as many slots as instances.
+            let roomy = n + n / 8;
+            pool.total_component_instances(roomy);
             pool.total_core_instances(n * 4);
             pool.total_memories(n * 2);
             pool.total_tables(n * 4);
             // A store keeps its last call's stack for the next call: one
             // stack per live instance.
-            pool.total_stacks(n);
+            pool.total_stacks(roomy);
             pool.max_memory_size(opts.max_memory_bytes);
             pool.max_memories_per_module(2);
             pool.max_tables_per_module(4);
