@@ -92,6 +92,10 @@ fn crash_at(point: &str) -> (tempfile::TempDir, std::path::PathBuf, std::path::P
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_at_any_write_point_loses_nothing_and_repeats_no_side_effect() {
+    // A point names a write by an event it carries: the run's creation
+    // carries step 0's start (`step.started@1`), a decision goes with its
+    // verdict and, when allowed, `step.executing`, and a step's end with
+    // the next step's start, so some points name the same write.
     let points = [
         "step.started@1",
         "step.decided@1",
@@ -297,37 +301,12 @@ fn two_processes_racing_for_one_run_never_both_drive_it() {
     assert_eq!(lines.lines().count(), 8, "each step ran once");
 }
 
-/// Keel before this version wrote a step's end and the next step's start as two
-/// writes, so a store may hold a running run whose last step is done, with
-/// no next step. Resumed, it goes on with the next step and repeats
-/// nothing of the finished one.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_run_left_between_two_steps_resumes_with_the_next() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("keel.db");
-    let log = dir.path().join("effects.log");
-    let mut s = Store::open(&db, keel::Sync::Full).unwrap();
-    let run = Run::new("between", "between", Limits::default(), 0);
+/// A store holding run `left` whose step 0 is `step`, as a crash could
+/// leave it, with nobody holding the run.
+fn store_left_at(db: &Path, step: &Step) {
+    let mut s = Store::open(db, keel::Sync::Full).unwrap();
+    let run = Run::new("left", "left", Limits::default(), 0);
     s.create_run(&run, vec![]).unwrap();
-    let args = r#"{"n":1}"#;
-    let done = Step {
-        index: 0,
-        version: 4,
-        state: StepState::Done,
-        decision: Some(call("write_a", args)),
-        call: Some(ToolCall {
-            tool: "write_a".into(),
-            arguments: args.into(),
-        }),
-        effect: Some(Effect::LocalMutation),
-        verdict: Some(Verdict::Allow),
-        observation: Some(Observation {
-            kind: ObservationKind::ToolResult,
-            content: r#"{"did":"write_a"}"#.into(),
-        }),
-        started_at: 0,
-        updated_at: 1,
-    };
     let mut next = run.clone();
     next.step_count = 1;
     next.updated_at = 1;
@@ -337,25 +316,86 @@ async fn a_run_left_between_two_steps_resumes_with_the_next() {
             owner: None,
         },
         run: next,
-        steps: vec![done.clone()],
+        steps: vec![step.clone()],
         approvals: vec![],
         events: vec![],
         model_calls: vec![],
     })
     .unwrap();
-    drop(s);
+}
 
-    let (c, _) = consumers(script(), logged_tools(&log));
-    let out = runtime(&db).resume("between", c).await.unwrap();
+/// Step 0 of `script()`, decided: a valid call of `write_a`.
+fn decided_step() -> Step {
+    let args = r#"{"n":1}"#;
+    Step {
+        index: 0,
+        version: 2,
+        state: StepState::Decided,
+        decision: Some(call("write_a", args)),
+        call: Some(ToolCall {
+            tool: "write_a".into(),
+            arguments: args.into(),
+        }),
+        effect: Some(Effect::LocalMutation),
+        verdict: None,
+        observation: None,
+        started_at: 0,
+        updated_at: 1,
+    }
+}
+
+/// Resumes run `left` with `script()` and checks that it completed with
+/// four steps done and each tool run once in all: `ran_before` lists the
+/// tools that ran before the resume.
+async fn resume_left(db: &Path, log: &Path, ran_before: &[&str]) -> Vec<Step> {
+    let (c, _) = consumers(script(), logged_tools(log));
+    let out = runtime(db).resume("left", c).await.unwrap();
     assert_eq!(out.run.status, RunStatus::Completed, "{:?}", out.run);
-    assert_eq!(runs_of(&log, "write_a"), 0, "step 0 ran before; not again");
-    assert_eq!(runs_of(&log, "read_b"), 1);
-    assert_eq!(runs_of(&log, "put_c"), 1);
-    let steps = Store::open_read_only(&db)
+    for tool in ["write_a", "read_b", "put_c"] {
+        let want = usize::from(!ran_before.contains(&tool));
+        assert_eq!(runs_of(log, tool), want, "{tool}");
+    }
+    let steps = Store::open_read_only(db)
         .unwrap()
-        .load_steps("between")
+        .load_steps("left")
         .unwrap();
     assert_eq!(steps.len(), 4);
-    assert_eq!(steps[0], done, "the finished step is kept as it was");
     assert!(steps.iter().all(|s| s.state == StepState::Done));
+    steps
+}
+
+/// Keel before this version wrote a step's end and the next step's start
+/// as two writes, so a store may hold a running run whose last step is
+/// done, with no next step. Resumed, it goes on with the next step and
+/// repeats nothing of the finished one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_left_between_two_steps_resumes_with_the_next() {
+    let dir = tempfile::tempdir().unwrap();
+    let (db, log) = (dir.path().join("keel.db"), dir.path().join("effects.log"));
+    let done = Step {
+        version: 4,
+        state: StepState::Done,
+        verdict: Some(Verdict::Allow),
+        observation: Some(Observation {
+            kind: ObservationKind::ToolResult,
+            content: r#"{"did":"write_a"}"#.into(),
+        }),
+        ..decided_step()
+    };
+    store_left_at(&db, &done);
+    let steps = resume_left(&db, &log, &["write_a"]).await;
+    assert_eq!(steps[0], done, "the finished step is kept as it was");
+}
+
+/// Keel before this version wrote a decision before the policy judged it,
+/// so a store may hold a decided step. Resumed, the policy judges it and
+/// its tool runs once: a decided step's tool never started.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_left_with_a_decided_step_is_judged_and_run_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (db, log) = (dir.path().join("keel.db"), dir.path().join("effects.log"));
+    store_left_at(&db, &decided_step());
+    let steps = resume_left(&db, &log, &[]).await;
+    assert_eq!(steps[0].decision, decided_step().decision);
+    assert_eq!(steps[0].verdict, Some(Verdict::Allow));
 }

@@ -52,9 +52,9 @@ fn a_durable_fan_out_completes_every_run_and_journals_each_one_whole() {
     assert_eq!(r["runs"], 300);
     assert_eq!(r["completed"], 300);
     assert_eq!(r["failed"], 0);
-    // Created with step 0 started; step 0 decided, executing, done with
-    // step 1 started; step 1 decided and the run completed.
-    assert_eq!(r["transitions_per_run"], 5.0, "{r}");
+    // Created with step 0 started; step 0 decided and judged (executing),
+    // then done with step 1 started; step 1 decided and the run completed.
+    assert_eq!(r["transitions_per_run"], 4.0, "{r}");
     assert_eq!(r["journal_records_per_run"], 10.0, "{r}");
     let (p50, p90, p99) = (
         r["p50_ms"].as_f64().unwrap(),

@@ -442,3 +442,143 @@ async fn the_wall_clock_deadline_ends_a_run_even_inside_a_slow_tool() {
     );
     assert!(out.run.step_count <= 4);
 }
+
+/// Wraps a consumer and logs a line through the run's sink on every call,
+/// as a wasm plugin's `log` import does.
+struct Logging<T> {
+    inner: T,
+    who: &'static str,
+    sink: Arc<keel::consumer::EventSink>,
+}
+
+impl<T> Logging<T> {
+    fn say(&self, view: &RunView<'_>) {
+        self.sink.log(keel::consumer::LogLine {
+            plugin: Arc::from(self.who),
+            step: Some(view.run.step_count - 1),
+            level: "info",
+            message: self.who.to_string(),
+        });
+    }
+}
+
+#[async_trait::async_trait]
+impl<T: Agent> Agent for Logging<T> {
+    async fn decide(&mut self, view: RunView<'_>) -> Result<Decision, ConsumerError> {
+        self.say(&view);
+        self.inner.decide(view).await
+    }
+}
+
+#[async_trait::async_trait]
+impl<T: Policy> Policy for Logging<T> {
+    async fn evaluate(
+        &mut self,
+        call: &ToolCall,
+        effect: Effect,
+        view: RunView<'_>,
+    ) -> Result<Verdict, ConsumerError> {
+        self.say(&view);
+        self.inner.evaluate(call, effect, view).await
+    }
+}
+
+/// Writes carry several events (a step's end and the next one's start; a
+/// decision and its verdict), and the journal still lists every event in
+/// the order it happened, plugin log lines included.
+#[tokio::test]
+async fn the_journal_lists_every_event_in_the_order_it_happened() {
+    let (_d, db) = tmpdb();
+    let rt = runtime(&db);
+    let sink = Arc::new(keel::consumer::EventSink::default());
+    let seen = Arc::new(Mutex::new(vec![]));
+    let mut tools = ToolSet::new();
+    tools
+        .add(counting_tool(
+            "echo",
+            Effect::ReadOnly,
+            Arc::new(Mutex::new(0)),
+        ))
+        .unwrap();
+    tools
+        .add(counting_tool(
+            "deny_me",
+            Effect::ReadOnly,
+            Arc::new(Mutex::new(0)),
+        ))
+        .unwrap();
+    let c = Consumers::new(
+        Box::new(Logging {
+            inner: ScriptAgent {
+                script: vec![
+                    call("echo", "{}"),
+                    call("deny_me", "{}"),
+                    Decision::Complete("1".into()),
+                ],
+                seen: seen.clone(),
+            },
+            who: "agent",
+            sink: sink.clone(),
+        }),
+        Box::new(Logging {
+            inner: NamePolicy { seen: seen.clone() },
+            who: "policy",
+            sink: sink.clone(),
+        }),
+        tools,
+        Arc::new(keel::model::ModelGate::new(Arc::new(
+            keel::model::StubProvider::default(),
+        ))),
+        sink,
+    );
+    let out = rt.start("order", Limits::default(), "{}", c).await.unwrap();
+    assert_eq!(out.run.status, RunStatus::Completed);
+    let store = Store::open_read_only(&db).unwrap();
+    let events: Vec<String> = store
+        .events_after(Some(&out.run.id), 0, 1000)
+        .unwrap()
+        .into_iter()
+        .map(|e| match e.kind.as_str() {
+            "plugin.log" => format!(
+                "log {}",
+                serde_json::from_str::<serde_json::Value>(&e.data).unwrap()["message"]
+                    .as_str()
+                    .unwrap()
+            ),
+            k => format!(
+                "{k} {}",
+                e.step_index.map(|i| i.to_string()).unwrap_or_default()
+            ),
+        })
+        .collect();
+    let expected = [
+        "run.started ",
+        "step.started 0",
+        "log agent",
+        "step.decided 0",
+        "log policy",
+        "step.verdict 0",
+        "step.executing 0",
+        "step.done 0",
+        "step.started 1",
+        "log agent",
+        "step.decided 1",
+        "log policy",
+        "step.verdict 1",
+        "step.done 1",
+        "step.started 2",
+        "log agent",
+        "step.decided 2",
+        "step.done 2",
+        "run.completed ",
+    ];
+    assert_eq!(events, expected);
+    // Every event number is larger than the one before.
+    let seqs: Vec<i64> = store
+        .events_after(Some(&out.run.id), 0, 1000)
+        .unwrap()
+        .iter()
+        .map(|e| e.seq)
+        .collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+}

@@ -28,6 +28,10 @@ struct Loop<'r> {
     steps: Vec<Step>,
     approvals: Vec<Approval>,
     c: Consumers,
+    /// A step change kept in the cache but not yet written ([`Loop::hold`]):
+    /// the step's index and its events. The next commit writes them, with
+    /// the step's row as it then is.
+    held: Option<(u32, Vec<NewEvent>)>,
 }
 
 /// Renews the lease every third of its TTL while the loop runs.
@@ -95,6 +99,7 @@ pub(super) async fn start(
         steps: committed.steps,
         approvals: vec![],
         c,
+        held: None,
     };
     lp.notify(&committed.events);
     lp.maybe_crash(&crash_points);
@@ -134,6 +139,7 @@ pub(super) async fn resume(
         steps,
         approvals,
         c,
+        held: None,
     };
     let _hb = heartbeat(rt, &lp.run.id, &lp.owner);
     let flow = match lp.recover().await {
@@ -198,19 +204,27 @@ impl<'r> Loop<'r> {
             run.lease_owner = None;
             run.lease_expires = None;
         }
-        let (mut steps, mut events) = (steps, events);
+        // The plugins' log lines since the last write come before this
+        // write's own events, and a held step's events before both.
+        let mut steps = steps;
+        let mut all = match self.held.take() {
+            Some((i, held)) => {
+                if !steps.iter().any(|s| s.index == i) {
+                    steps.insert(0, self.steps[i as usize].clone());
+                }
+                held
+            }
+            None => vec![],
+        };
+        all.extend(self.c.events.drain());
+        all.extend(events);
+        let mut events = all;
         self.start_next_with(&mut run, &mut steps, &mut events);
         let crash_points: Vec<&'static str> = events
             .iter()
             .filter(|e| !e.kind.starts_with("plugin."))
             .map(|e| e.kind)
             .collect();
-        let logs = self.c.events.drain();
-        if !logs.is_empty() {
-            let mut all = logs;
-            all.append(&mut events);
-            events = all;
-        }
         let t = Transition {
             expect: Expect {
                 status: self.run.status,
@@ -276,6 +290,23 @@ impl<'r> Loop<'r> {
         if points.contains(&name) && SEEN.fetch_add(1, Ordering::SeqCst) + 1 == nth {
             std::process::abort();
         }
+    }
+
+    /// Takes `step` into the cache without writing it; the next commit
+    /// writes it (as the cache then holds it) and `events`, after the
+    /// plugins' log lines so far. A decision is held until its verdict:
+    /// the policy's call has no effect outside its instance, so a crash
+    /// before the verdict's write loses no more than a crash during the
+    /// agent's call would (the step is decided again), and a valid call
+    /// costs the run one write less. What must be durable before a tool
+    /// runs, its `executing` state, is still written before it runs.
+    fn hold(&mut self, step: Step, events: Vec<NewEvent>) {
+        debug_assert!(self.held.is_none(), "one held step at a time");
+        let i = step.index;
+        let mut held = self.c.events.drain();
+        held.extend(events);
+        self.steps[i as usize] = step;
+        self.held = Some((i, held));
     }
 
     /// When `steps` finishes the run's last step and the run goes on within
@@ -839,6 +870,12 @@ impl<'r> Loop<'r> {
             events.push(done_event(&s));
             run.consecutive_failures += 1;
             self.limit_failures(&mut run, &mut events);
+        }
+        if s.state == StepState::Decided {
+            // A valid call: the policy judges it next, and the decision is
+            // written with the verdict.
+            self.hold(s, events);
+            return Ok(None);
         }
         let ended = run.status.is_terminal();
         self.commit(run, vec![s], vec![], events).await?;
