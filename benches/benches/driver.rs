@@ -90,7 +90,7 @@ fn bench_driver(c: &mut Criterion) {
                 });
             }
         }
-        // The floor: the four commits of a step, with the same rows, alone.
+        // The floor: the two commits of a step, with the same rows, alone.
         g.throughput(Throughput::Elements(1));
         g.bench_function(
             BenchmarkId::new(format!("bare-commits/{sync:?}"), "step"),
@@ -119,45 +119,90 @@ fn bench_driver(c: &mut Criterion) {
     g.finish();
 }
 
-/// The four commits of step `i` (started, decided, executing, done), with
-/// the rows a step writes, straight into the store: the floor of a step.
+/// The two commits of step `i`, with the rows and events the loop writes
+/// for an allowed call: the decision with its verdict and `executing`,
+/// then the result with the next step's start. The floor of a step.
 fn bare_step(store: &mut Store, run: &mut Run, i: u32) {
-    for state in [
-        StepState::Started,
-        StepState::Decided,
-        StepState::Executing,
-        StepState::Done,
-    ] {
-        let step = Step {
-            index: i,
-            version: 1,
-            state,
-            decision: Some(Decision::Call(ToolCall {
-                tool: "echo".into(),
-                arguments: format!("{{\"i\":{i}}}"),
-            })),
-            call: None,
-            effect: None,
-            verdict: None,
-            observation: None,
-            started_at: 0,
-            updated_at: 0,
-        };
-        run.step_count = i + 1;
-        store
-            .commit(Transition {
-                expect: Expect {
-                    status: RunStatus::Running,
-                    owner: Some("bench".into()),
-                },
-                run: run.clone(),
-                steps: vec![step],
-                approvals: vec![],
-                events: vec![NewEvent::new("step.bench", Some(i), serde_json::json!({}))],
-                model_calls: vec![],
-            })
-            .unwrap();
-    }
+    let call = ToolCall {
+        tool: "echo".into(),
+        arguments: format!("{{\"i\":{i}}}"),
+    };
+    let executing = Step {
+        index: i,
+        version: 3,
+        state: StepState::Executing,
+        decision: Some(Decision::Call(call.clone())),
+        call: Some(call.clone()),
+        effect: Some(Effect::ReadOnly),
+        verdict: Some(Verdict::Allow),
+        observation: None,
+        started_at: 0,
+        updated_at: 0,
+    };
+    let observation = Observation {
+        kind: ObservationKind::ToolResult,
+        content: call.arguments.clone(),
+    };
+    let done = Step {
+        version: 4,
+        state: StepState::Done,
+        observation: Some(observation.clone()),
+        ..executing.clone()
+    };
+    let next = Step {
+        index: i + 1,
+        version: 1,
+        state: StepState::Started,
+        decision: None,
+        call: None,
+        effect: None,
+        verdict: None,
+        observation: None,
+        started_at: 0,
+        updated_at: 0,
+    };
+    let event = |kind, i, data| NewEvent::new(kind, Some(i), data);
+    let decision = serde_json::json!({ "decision": Decision::Call(call.clone()) });
+    bare_commit(
+        store,
+        run,
+        vec![executing],
+        vec![
+            event("step.decided", i, decision),
+            event("step.verdict", i, serde_json::json!({ "verdict": "allow" })),
+            event("step.executing", i, serde_json::json!({ "tool": "echo" })),
+        ],
+    );
+    run.step_count = i + 2;
+    bare_commit(
+        store,
+        run,
+        vec![done, next],
+        vec![
+            event(
+                "step.done",
+                i,
+                serde_json::json!({ "observation": observation }),
+            ),
+            event("step.started", i + 1, serde_json::json!({})),
+        ],
+    );
+}
+
+fn bare_commit(store: &mut Store, run: &Run, steps: Vec<Step>, events: Vec<NewEvent>) {
+    store
+        .commit(Transition {
+            expect: Expect {
+                status: RunStatus::Running,
+                owner: Some("bench".into()),
+            },
+            run: run.clone(),
+            steps,
+            approvals: vec![],
+            events,
+            model_calls: vec![],
+        })
+        .unwrap();
 }
 
 /// A step against the bare cost of its commits, measured pairwise: each
