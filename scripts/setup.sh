@@ -9,6 +9,17 @@ cd "$(dirname "$0")/.."
 
 say() { printf 'setup: %s\n' "$*" >&2; }
 
+# A clean checkout's build and test suite write ~5 GiB (target/, the npm
+# and pip tools). With under 2 GiB free it cannot succeed, and would fail
+# later with a confusing error from whichever tool ran out first (npm's
+# "ENOSPC" in a tar entry, say): say so now instead.
+need_kib=$((2 * 1024 * 1024))
+have_kib=$(df -Pk . | awk 'NR == 2 { print $4 }')
+if [ -n "$have_kib" ] && [ "$have_kib" -lt "$need_kib" ]; then
+  say "only $((have_kib / 1024)) MiB free on $(df -P . | awk 'NR == 2 { print $6 }'): the build and tests need about 5 GiB; free some space (old target/ directories, say) and run again"
+  exit 1
+fi
+
 APT_UPDATED=0
 apt_install() {
   local missing=()
