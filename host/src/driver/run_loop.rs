@@ -665,7 +665,9 @@ impl<'r> Loop<'r> {
                 });
             }
             self.reload_if_asked().await?;
-            // Reuse a started step left by a crash before its decision.
+            // A started step is decided now: the write that ended the
+            // previous step (or created the run) started it, or a crash
+            // left it before its decision.
             let i = match self.steps.last() {
                 Some(s) if s.state == StepState::Started => s.index,
                 // Never start a step while the last one is unfinished.
