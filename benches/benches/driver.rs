@@ -149,18 +149,7 @@ fn bare_step(store: &mut Store, run: &mut Run, i: u32) {
         observation: Some(observation.clone()),
         ..executing.clone()
     };
-    let next = Step {
-        index: i + 1,
-        version: 1,
-        state: StepState::Started,
-        decision: None,
-        call: None,
-        effect: None,
-        verdict: None,
-        observation: None,
-        started_at: 0,
-        updated_at: 0,
-    };
+    let next = Step::started(i + 1, 0);
     let event = |kind, i, data| NewEvent::new(kind, Some(i), data);
     let decision = serde_json::json!({ "decision": Decision::Call(call.clone()) });
     bare_commit(

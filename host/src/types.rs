@@ -187,6 +187,24 @@ pub struct Step {
     pub updated_at: i64,
 }
 
+impl Step {
+    /// Step `index` as it starts at `now`, before the agent decides it.
+    pub fn started(index: u32, now: i64) -> Step {
+        Step {
+            index,
+            version: 1,
+            state: StepState::Started,
+            decision: None,
+            call: None,
+            effect: None,
+            verdict: None,
+            observation: None,
+            started_at: now,
+            updated_at: now,
+        }
+    }
+}
+
 /// An operator's decision point.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Approval {

@@ -86,7 +86,7 @@ pub(super) async fn start(
     // limit forbids it (the loop then ends the run with that reason).
     let mut steps = vec![];
     if limit_hit(&run, now).is_none() {
-        steps.push(started_step(0, now));
+        steps.push(Step::started(0, now));
         run.step_count = 1;
         events.push(NewEvent::new("step.started", Some(0), json!({})));
     }
@@ -327,7 +327,7 @@ impl<'r> Loop<'r> {
         }
         let i = run.step_count;
         run.step_count += 1;
-        steps.push(started_step(i, run.updated_at));
+        steps.push(Step::started(i, run.updated_at));
         events.push(NewEvent::new("step.started", Some(i), json!({})));
     }
 
@@ -710,7 +710,7 @@ impl<'r> Loop<'r> {
     async fn start_step(&mut self) -> Flow<u32> {
         let now = self.now();
         let i = self.run.step_count;
-        let step = started_step(i, now);
+        let step = Step::started(i, now);
         let mut run = self.next_run(now);
         run.step_count += 1;
         self.commit(
@@ -1136,22 +1136,6 @@ fn limit_hit(run: &Run, now: i64) -> Option<(&'static str, String)> {
         ))
     } else {
         None
-    }
-}
-
-/// Step `i` as it starts, before the agent decides it.
-fn started_step(i: u32, now: i64) -> Step {
-    Step {
-        index: i,
-        version: 1,
-        state: StepState::Started,
-        decision: None,
-        call: None,
-        effect: None,
-        verdict: None,
-        observation: None,
-        started_at: now,
-        updated_at: now,
     }
 }
 
