@@ -91,7 +91,7 @@ pub(super) async fn start(
         events.push(NewEvent::new("step.started", Some(0), json!({})));
     }
     let committed = rt.store.create_run(run.clone(), steps, events).await?;
-    let crash_points: Vec<&str> = committed.events.iter().map(|e| e.kind.as_str()).collect();
+    let crash_points = crash_points(rt, committed.events.iter().map(|e| e.kind.as_str()));
     let mut lp = Loop {
         rt,
         owner,
@@ -207,24 +207,25 @@ impl<'r> Loop<'r> {
         // The plugins' log lines since the last write come before this
         // write's own events, and a held step's events before both.
         let mut steps = steps;
-        let mut all = match self.held.take() {
-            Some((i, held)) => {
+        let logs = self.c.events.drain();
+        let mut events = match self.held.take() {
+            Some((i, mut held)) => {
                 if !steps.iter().any(|s| s.index == i) {
                     steps.insert(0, self.steps[i as usize].clone());
                 }
+                held.extend(logs);
+                held.extend(events);
                 held
             }
-            None => vec![],
+            None if logs.is_empty() => events,
+            None => {
+                let mut all = logs;
+                all.extend(events);
+                all
+            }
         };
-        all.extend(self.c.events.drain());
-        all.extend(events);
-        let mut events = all;
         self.start_next_with(&mut run, &mut steps, &mut events);
-        let crash_points: Vec<&'static str> = events
-            .iter()
-            .filter(|e| !e.kind.starts_with("plugin."))
-            .map(|e| e.kind)
-            .collect();
+        let crash_points = crash_points(self.rt, events.iter().map(|e| e.kind));
         let t = Transition {
             expect: Expect {
                 status: self.run.status,
@@ -1114,6 +1115,15 @@ impl<'r> Loop<'r> {
             }
         }
         n
+    }
+}
+
+/// The event kinds of a write that the crash hook may name; nothing is
+/// collected unless the hook is set.
+fn crash_points<'k>(rt: &Runtime, kinds: impl Iterator<Item = &'k str>) -> Vec<&'k str> {
+    match rt.crash_at {
+        Some(_) => kinds.filter(|k| !k.starts_with("plugin.")).collect(),
+        None => Vec::new(),
     }
 }
 
