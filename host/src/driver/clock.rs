@@ -60,18 +60,16 @@ impl Ids for RandomIds {
         let t = SystemClock.now_ms() as u64;
         b[..6].copy_from_slice(&t.to_be_bytes()[2..]);
         b[6..].copy_from_slice(&random_u64().to_be_bytes()[2..]);
-        let mut id = String::with_capacity(prefix.len() + 1 + 2 * b.len());
+        let mut hex = [0u8; 24];
+        // 12 bytes always fit 24 digits; hex digits are always UTF-8.
+        let _ = hex::encode_to_slice(b, &mut hex);
+        let mut id = String::with_capacity(prefix.len() + 1 + hex.len());
         id.push_str(prefix);
         id.push('_');
-        for byte in b {
-            id.push(HEX[usize::from(byte >> 4)] as char);
-            id.push(HEX[usize::from(byte & 15)] as char);
-        }
+        id.push_str(std::str::from_utf8(&hex).unwrap_or_default());
         id
     }
 }
-
-const HEX: &[u8; 16] = b"0123456789abcdef";
 
 /// A random number from a per-thread generator seeded once from the OS.
 ///
