@@ -53,8 +53,9 @@ fn bench_driver(c: &mut Criterion) {
                 g.throughput(Throughput::Elements(n as u64));
                 g.bench_function(BenchmarkId::new(format!("wasm/{sync:?}/{label}"), n), |b| {
                     let (_dir, runtime) = runtime(sync);
+                    let config = script_config(n);
                     b.to_async(&rt).iter(|| async {
-                        let c = wasm_consumers(&host, &agent, &policy, n, pad).await;
+                        let c = wasm_consumers(&host, &agent, &policy, &config, pad).await;
                         let out = runtime.start("bench", limits(n), "{}", c).await.unwrap();
                         assert_eq!(out.run.status, RunStatus::Completed);
                     });
@@ -202,6 +203,9 @@ fn paired_steps(rt: &tokio::runtime::Runtime) {
     const N: u32 = 100;
     const ROUNDS: usize = 15;
     for sync in [Sync::Full, Sync::Normal] {
+        if !paired_selected(&format!("step/paired/{sync:?}")) {
+            continue;
+        }
         let (_dir, runtime) = runtime(sync);
         let dir = tempfile::tempdir().unwrap();
         let mut store = Store::open(dir.path().join("c.db"), sync).unwrap();
@@ -254,19 +258,29 @@ fn paired_wasm(
     const N: u32 = 400;
     const PAD: usize = 8 << 10;
     const ROUNDS: usize = 31;
-    for sync in [Sync::Full, Sync::Normal] {
+    let config = script_config(N);
+    // `None`: an in-memory store, where no write waits for the disk, so
+    // the CPU ratio is the consumers' own cost against the loop's.
+    for sync in [Some(Sync::Full), Some(Sync::Normal), None] {
+        let name = match sync {
+            Some(s) => format!("wasm/paired/{s:?}"),
+            None => "wasm/paired/Memory".to_string(),
+        };
+        if !paired_selected(&name) {
+            continue;
+        }
         // A store each: one shared store checkpoints its log every so many
         // runs, and with a fixed order those checkpoints kept landing on
         // the same kind of run. The order also alternates by round.
-        let (_wasm_dir, wasm_store) = runtime(sync);
-        let (_native_dir, native_store) = runtime(sync);
+        let (_wasm_dir, wasm_store) = paired_runtime(sync);
+        let (_native_dir, native_store) = paired_runtime(sync);
         let mut ratios = Vec::with_capacity(ROUNDS);
         let mut cpu_ratios = Vec::with_capacity(ROUNDS);
         let (mut wasm_faults, mut native_faults) = (Vec::new(), Vec::new());
         for round in 0..ROUNDS + 1 {
             let run_wasm = || {
                 measured_run(rt, &wasm_store, N, || {
-                    rt.block_on(wasm_consumers(host, agent, policy, N, PAD))
+                    rt.block_on(wasm_consumers(host, agent, policy, &config, PAD))
                 })
             };
             let run_native = || measured_run(rt, &native_store, N, || native_consumers(N, PAD));
@@ -288,7 +302,7 @@ fn paired_wasm(
         let mid = median(&mut ratios); // sorts
         let cpu_mid = median(&mut cpu_ratios);
         println!(
-            "wasm/paired/{sync:?}: {N} steps x 8 KiB, wasm agent and policy against native, \
+            "{name}: {N} steps x 8 KiB, wasm agent and policy against native, \
              median of {ROUNDS} interleaved rounds: ratio {mid:.2} (range {:.2}-{:.2}); \
              CPU time ratio {cpu_mid:.2} (range {:.2}-{:.2}); \
              page faults per run: wasm {}, native {}",
@@ -325,6 +339,30 @@ fn measured_run(
         wall: t.elapsed().as_secs_f64(),
         cpu: process_cpu() - cpu,
         faults: minor_faults() - faults,
+    }
+}
+
+/// A runtime on a store on disk, or (`None`) in memory.
+fn paired_runtime(sync: Option<Sync>) -> (Option<tempfile::TempDir>, Runtime) {
+    match sync {
+        Some(s) => {
+            let (dir, rt) = runtime(s);
+            (Some(dir), rt)
+        }
+        None => {
+            let store = Store::open_in_memory().unwrap();
+            (None, Runtime::new(StoreHandle::spawn(store)))
+        }
+    }
+}
+
+/// Whether the paired measurement `name` runs: all of them unless
+/// `KEEL_PAIRED` names some (comma-separated prefixes), which saves the
+/// minutes of the others while one figure is being worked on.
+fn paired_selected(name: &str) -> bool {
+    match std::env::var("KEEL_PAIRED") {
+        Ok(only) => only.split(',').any(|p| name.starts_with(p.trim())),
+        Err(_) => true,
     }
 }
 

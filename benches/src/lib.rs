@@ -162,32 +162,38 @@ pub fn done_step(i: u32, pad: usize) -> Step {
     }
 }
 
+/// agent-scripted's config for the echo scenario: n−1 echo calls, then
+/// complete. Built once per scenario, outside what is timed: like an
+/// operator's config file, it is an input of the run, not a cost of it.
+pub fn script_config(n: u32) -> String {
+    let script: Vec<serde_json::Value> = (0..n.saturating_sub(1))
+        .map(|i| serde_json::json!({ "call": { "tool": "echo", "arguments": { "i": i } } }))
+        .chain(std::iter::once(serde_json::json!({ "complete": true })))
+        .collect();
+    serde_json::json!({ "script": script }).to_string()
+}
+
 /// Wasm consumers for the echo scenario: the Rust agent-scripted playing
-/// n−1 echo calls then complete, policy-rules allowing echo, and the native
-/// echo tool (the tool is the same for native and wasm runs, so the
+/// `config` (from [`script_config`]), policy-rules allowing echo, and the
+/// native echo tool (the tool is the same for native and wasm runs, so the
 /// comparison isolates the agent and policy boundary).
 pub async fn wasm_consumers(
     host: &keel::wasm::WasmHost,
     agent: &keel::wasm::Plugin,
     policy: &keel::wasm::Plugin,
-    n: u32,
+    config: &str,
     pad: usize,
 ) -> Consumers {
     use keel::wasm::{PluginLimits, WasmAgent, WasmPolicy};
     let mut tools = ToolSet::new();
     let _ = tools.add(echo_tool(pad));
-    let script: Vec<serde_json::Value> = (0..n.saturating_sub(1))
-        .map(|i| serde_json::json!({ "call": { "tool": "echo", "arguments": { "i": i } } }))
-        .chain(std::iter::once(serde_json::json!({ "complete": true })))
-        .collect();
-    let config = serde_json::json!({ "script": script }).to_string();
     let rules = r#"{"rules":[{"tool":"echo","action":"allow"}]}"#;
     let sink = Arc::new(EventSink::default());
     let gate = Arc::new(ModelGate::new(Arc::new(StubProvider::default())));
     let a = WasmAgent::new(
         host,
         agent,
-        &config,
+        config,
         tools.specs(),
         &PluginLimits::default(),
         gate.clone(),
