@@ -104,8 +104,8 @@ pub mod bindings {
 pub use bindings::common::keel::plugin::types::{
     Approval, ApprovalKind, ApprovalRequest, ApprovalStatus, Decision, Effect, FinishReason, Json,
     Level, Message, ModelError, ModelRequest, ModelResponse, ModelToolCall, Observation,
-    ObservationKind, Role, RunInfo, RunStatus, Step, StepState, ToolCall, ToolSpec, Verdict,
-    ViewDelta,
+    ObservationKind, PolicyView, Role, RunInfo, RunStatus, Step, StepState, ToolCall, ToolSpec,
+    Verdict, ViewDelta,
 };
 
 #[cfg(feature = "agent")]
@@ -125,7 +125,8 @@ pub mod prelude {
     pub use crate::tool::Tool;
     pub use crate::{
         Approval, ApprovalKind, ApprovalRequest, ApprovalStatus, Decision, Effect, Observation,
-        ObservationKind, RunInfo, RunStatus, Step, StepState, ToolCall, ToolSpec, Verdict, View,
+        ObservationKind, PolicyView, RunInfo, RunStatus, Step, StepState, ToolCall, ToolSpec,
+        Verdict, View,
     };
 }
 

@@ -1,6 +1,6 @@
 //! The policy world: judge each tool call before it runs.
 
-use crate::{Effect, ToolCall, Verdict, View, ViewDelta};
+use crate::{Effect, PolicyView, ToolCall, Verdict, View, ViewDelta};
 use std::cell::RefCell;
 
 /// A policy. The SDK keeps one value per plugin instance (one per run) and
@@ -15,6 +15,16 @@ pub trait Policy: 'static {
     /// ends the run as failed: a policy that cannot judge never allows.
     fn evaluate(&mut self, call: &ToolCall, effect: Effect, view: &View)
         -> Result<Verdict, String>;
+
+    /// How much of the run `evaluate` needs, asked once after `init`.
+    /// [`PolicyView::Full`] (the default) hands it every step and approval.
+    /// [`PolicyView::CallOnly`] is for a policy that judges each call by
+    /// itself: the host then sends no steps and no approvals, `view` holds
+    /// the run's info alone, and a call costs the same however long the run
+    /// and however large its observations.
+    fn view(&self) -> PolicyView {
+        PolicyView::Full
+    }
 }
 
 struct State {
@@ -27,15 +37,16 @@ thread_local! {
 }
 
 #[doc(hidden)]
-pub fn __init<P: Policy>(config: String) -> Result<(), String> {
+pub fn __init<P: Policy>(config: String) -> Result<PolicyView, String> {
     let policy = P::init(&config)?;
+    let scope = policy.view();
     STATE.with(|s| {
         *s.borrow_mut() = Some(State {
             policy: Box::new(policy),
             view: View::default(),
         })
     });
-    Ok(())
+    Ok(scope)
 }
 
 #[doc(hidden)]
@@ -55,7 +66,7 @@ macro_rules! export_policy {
         #[doc(hidden)]
         pub struct __KeelPolicyExport;
         impl $crate::bindings::policy::Guest for __KeelPolicyExport {
-            fn init(config: String) -> Result<(), String> {
+            fn init(config: String) -> Result<$crate::PolicyView, String> {
                 $crate::policy::__init::<$ty>(config)
             }
             fn evaluate(

@@ -157,6 +157,71 @@ async fn policy_rules_twins_give_the_same_verdicts() {
     }
 }
 
+/// policy-rules matches the call alone, so every twin asks at `init` for
+/// the call-only view: the deltas it is handed carry no steps and no
+/// approvals, however many the run has, and its verdicts do not change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn policy_rules_twins_are_handed_the_call_alone() {
+    let mut run = run_row();
+    run.step_count = 4;
+    let steps: Vec<Step> = (0..3).map(decided_step).collect();
+    let approvals = vec![Approval {
+        id: "appr_c".into(),
+        run_id: "run_c".into(),
+        step_index: 2,
+        kind: ApprovalKind::Policy,
+        status: ApprovalStatus::Approved,
+        call: ToolCall {
+            tool: "fs_write".into(),
+            arguments: "{}".into(),
+        },
+        reason: "why".into(),
+        presentation: "{}".into(),
+        hash: String::new(),
+        created_at: 0,
+        expires_at: None,
+        decided_by: Some("op".into()),
+        note: None,
+        decided_at: Some(0),
+    }];
+    let call = ToolCall {
+        tool: "fs_read".into(),
+        arguments: "{}".into(),
+    };
+    for twin in POLICY_TWINS {
+        let Some(p) = policy(twin, &policy_config()).await else {
+            return;
+        };
+        let mut p = p.unwrap_or_else(|e| panic!("{twin}: {e}"));
+        assert!(!p.sees_steps(), "{twin} asked for the full view");
+        let view = RunView {
+            run: &run,
+            steps: &steps,
+            approvals: &approvals,
+        };
+        let verdict = p.evaluate(&call, Effect::ReadOnly, view).await;
+        assert_eq!(verdict.map(normal).unwrap().0, "allow", "{twin}");
+        // The next call's delta (as the host would hand it), with a step
+        // more in the run, has no steps and no approvals either.
+        let more: Vec<Step> = (0..4).map(decided_step).collect();
+        let view = RunView {
+            run: &run,
+            steps: &more,
+            approvals: &approvals,
+        };
+        let (_, _, delta) = p.raw_parts(&call, Effect::ReadOnly, view);
+        assert!(!delta.reset, "{twin}");
+        assert!(
+            delta.steps.is_empty() && delta.approvals.is_empty(),
+            "{twin}"
+        );
+        assert_eq!(
+            delta.run.step_count, 4,
+            "{twin}: the run's info still comes"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn policy_rules_twins_name_the_same_bad_key() {
     let bad = [

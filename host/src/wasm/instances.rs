@@ -200,6 +200,9 @@ pub struct WasmPolicy {
     /// The generated bindings, made by the first `evaluate_raw`.
     raw: Option<policy::Policy>,
     evaluate: lower::Evaluate,
+    /// The policy chose at `init` to see the run's info alone: its deltas
+    /// carry no steps and no approvals.
+    call_only: bool,
     tracker: DeltaTracker,
     dead: Option<ConsumerError>,
 }
@@ -230,8 +233,8 @@ impl WasmPolicy {
             .policy(&mut store, &instance)
             .map_err(|e| ConsumerError::Failed(format!("{}: {e}", plugin.name)))?;
         arm(&mut store)?;
-        match init.call(&mut store, config).await {
-            Ok(Ok(())) => {}
+        let view = match init.call(&mut store, config).await {
+            Ok(Ok(view)) => view,
             Ok(Err(msg)) => {
                 return Err(ConsumerError::Failed(format!(
                     "{}: init: {msg}",
@@ -239,12 +242,13 @@ impl WasmPolicy {
                 )))
             }
             Err(e) => return Err(trapped(&store, &e)),
-        }
+        };
         Ok(WasmPolicy {
             store,
             instance,
             raw: None,
             evaluate,
+            call_only: view == wit::PolicyView::CallOnly,
             tracker: DeltaTracker::default(),
             dead: None,
         })
@@ -260,11 +264,31 @@ impl WasmPolicy {
         effect: Effect,
         view: RunView<'_>,
     ) -> (wit::ToolCall, wit::Effect, wit::ViewDelta) {
+        let view = self.scoped(view);
         (
             convert::call_out(call),
             convert::effect_out(effect),
             self.tracker.delta_owned(view),
         )
+    }
+
+    /// Whether the policy is handed the run's steps and approvals: it
+    /// chose at `init` between the full view and the call alone.
+    pub fn sees_steps(&self) -> bool {
+        !self.call_only
+    }
+
+    /// What of `view` the policy asked to see.
+    fn scoped<'a>(&self, view: RunView<'a>) -> RunView<'a> {
+        if self.call_only {
+            RunView {
+                steps: &[],
+                approvals: &[],
+                ..view
+            }
+        } else {
+            view
+        }
     }
 
     /// Calls the export through the typed bindings alone: no budgets armed,
@@ -304,6 +328,7 @@ impl Policy for WasmPolicy {
         if let Some(e) = &self.dead {
             return Err(e.clone());
         }
+        let view = self.scoped(view);
         let delta = self.tracker.delta(view);
         self.store.data_mut().step = Some(view.run.step_count.saturating_sub(1));
         arm(&mut self.store)?;

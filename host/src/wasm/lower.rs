@@ -187,6 +187,7 @@ type EvaluateResults = (Result<wit::Verdict, String>,);
 type AgentInitParams<'a> = (&'a str, &'a [wit::ToolSpec]);
 type PolicyInitParams<'a> = (&'a str,);
 type InitResults = (Result<(), String>,);
+type PolicyInitResults = (Result<wit::PolicyView, String>,);
 
 /// The two exports the host calls on an agent (`init`, `decide`) or a
 /// policy (`init`, `evaluate`), found once per plugin. Per instance they
@@ -269,7 +270,7 @@ impl Exports {
     ) -> Result<(PolicyInit, Evaluate), String> {
         let (init, evaluate) = self.checked::<
             PolicyInitParams<'static>,
-            InitResults,
+            PolicyInitResults,
             EvaluateParams<'static>,
             EvaluateResults,
         >(store, instance)?;
@@ -305,9 +306,10 @@ impl PolicyInit {
         self,
         store: &mut Store<HostState>,
         config: &str,
-    ) -> wasmtime::Result<Result<(), String>> {
+    ) -> wasmtime::Result<Result<wit::PolicyView, String>> {
         // SAFETY: as in `AgentInit::call`.
-        let f = unsafe { TypedFunc::<PolicyInitParams<'_>, InitResults>::new_unchecked(self.0) };
+        let f =
+            unsafe { TypedFunc::<PolicyInitParams<'_>, PolicyInitResults>::new_unchecked(self.0) };
         let (out,) = f.call_async(&mut *store, (config,)).await?;
         Ok(out)
     }

@@ -42,7 +42,8 @@ static void log_msg(keel_plugin_log_level_t level, const char *msg) {
   keel_plugin_log_log(level, &s); /* borrowed by the host for the call */
 }
 
-bool exports_policy_init(policy_json_t *config, policy_string_t *err) {
+/* Rules match the call alone, so the host sends no steps (call-only). */
+bool exports_policy_init(policy_json_t *config, policy_policy_view_t *ret, policy_string_t *err) {
   char *msg = NULL;
   size_t msg_len = 0;
   rules_free(policy);
@@ -59,6 +60,7 @@ bool exports_policy_init(policy_json_t *config, policy_string_t *err) {
     return false;
   }
   log_msg(KEEL_PLUGIN_TYPES_LEVEL_DEBUG, "policy-rules (C): config loaded");
+  *ret = KEEL_PLUGIN_TYPES_POLICY_VIEW_CALL_ONLY;
   return true;
 }
 

@@ -20,7 +20,8 @@ export function init(config) {
   policy = null;
   try {
     policy = Policy.parse(config);
-    return ok(undefined);
+    // Rules match the call alone: the host need not send the steps.
+    return ok('call-only');
   } catch (e) {
     if (e instanceof ConfigError) return err(e.message);
     return err(`config: ${describe(e)}`); // never trap on a bad config

@@ -250,20 +250,20 @@ describe('plugin.js exports (componentize-js shapes)', () => {
       val: 'evaluate called before a successful init',
     });
   });
-  test('init returns ok or an error result, never throws', () => {
-    assert.deepEqual(plugin.init('{"rules":[]}'), { tag: 'ok', val: undefined });
+  test('init returns ok (with the call-only view: rules match the call alone) or an error result, never throws', () => {
+    assert.deepEqual(plugin.init('{"rules":[]}'), { tag: 'ok', val: 'call-only' });
     assert.deepEqual(plugin.init('{"rules":[],"x":1}'), { tag: 'err', val: 'config: unknown key "x"' });
     assert.equal(plugin.init(undefined).tag, 'err');
   });
   test('evaluate returns the verdict inside ok', () => {
-    assert.deepEqual(plugin.init(JSON.stringify(EXAMPLE)), { tag: 'ok', val: undefined });
+    assert.deepEqual(plugin.init(JSON.stringify(EXAMPLE)), { tag: 'ok', val: 'call-only' });
     assert.deepEqual(plugin.evaluate({ tool: 'fs_read', arguments: '{}' }, 'read-only', view), {
       tag: 'ok',
       val: { tag: 'allow' },
     });
   });
   test('an unexpected failure becomes an error result', () => {
-    assert.deepEqual(plugin.init('{"rules":[]}'), { tag: 'ok', val: undefined });
+    assert.deepEqual(plugin.init('{"rules":[]}'), { tag: 'ok', val: 'call-only' });
     const r = plugin.evaluate(null, 'read-only', view);
     assert.equal(r.tag, 'err');
     assert.match(r.val, /^policy-rules: TypeError/);

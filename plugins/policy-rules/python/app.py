@@ -31,6 +31,8 @@ class WitWorld(wit_world.WitWorld):
         except Exception as err:  # never trap on a bad config
             _policy = None
             raise Err("config: %s: %s" % (type(err).__name__, err))
+        # Rules match the call alone: the host need not send the steps.
+        return types.PolicyView.CALL_ONLY
 
     def evaluate(self, call, effect, view):
         if _policy is None:

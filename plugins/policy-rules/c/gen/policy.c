@@ -318,7 +318,7 @@ void policy_verdict_free(policy_verdict_t *ptr) {
   keel_plugin_types_verdict_free(ptr);
 }
 
-void policy_result_void_string_free(policy_result_void_string_t *ptr) {
+void policy_result_policy_view_string_free(policy_result_policy_view_string_t *ptr) {
   if (!ptr->is_err) {
   } else {
     policy_string_free(&ptr->val.err);
@@ -367,11 +367,15 @@ void keel_plugin_log_log(keel_plugin_log_level_t level, policy_string_t *message
 __attribute__((__export_name__("init")))
 uint8_t * __wasm_export_exports_policy_init(uint8_t * arg, size_t arg0) {
   policy_json_t arg1 = (policy_string_t) { (uint8_t*)(arg), (arg0) };
-  policy_result_void_string_t ret;
+  policy_result_policy_view_string_t ret;
+  policy_policy_view_t ok;
   policy_string_t err;
-  ret.is_err = !exports_policy_init(&arg1, &err);
+  ret.is_err = !exports_policy_init(&arg1, &ok, &err);
   if (ret.is_err) {
     ret.val.err = err;
+  }
+  if (!ret.is_err) {
+    ret.val.ok = ok;
   }
   uint8_t *ptr = (uint8_t *) &RET_AREA;
   if ((ret).is_err) {
@@ -379,7 +383,8 @@ uint8_t * __wasm_export_exports_policy_init(uint8_t * arg, size_t arg0) {
     *((size_t*)(ptr + (2*sizeof(void*)))) = (*payload2).len;
     *((uint8_t **)(ptr + sizeof(void*))) = (uint8_t *) (*payload2).ptr;
   } else {
-    *((int8_t*)(ptr + 0)) = 0;
+    const policy_policy_view_t *payload = &(ret).val.ok;*((int8_t*)(ptr + 0)) = 0;
+    *((int8_t*)(ptr + sizeof(void*))) = (int32_t) *payload;
   }
   return ptr;
 }

@@ -226,6 +226,18 @@ typedef struct keel_plugin_types_run_info_t {
   uint64_t   tokens;
 } keel_plugin_types_run_info_t;
 
+// How much of the run a policy is handed at each `evaluate`; its `init`
+// chooses, once per instance.
+typedef uint8_t keel_plugin_types_policy_view_t;
+
+// Every step and approval, observations included, as an agent gets
+// them.
+#define KEEL_PLUGIN_TYPES_POLICY_VIEW_FULL 0
+// The run's info alone: each delta has no steps and no approvals.
+// For a policy that judges each call by itself; its calls then cost
+// the same however long the run and however large its observations.
+#define KEEL_PLUGIN_TYPES_POLICY_VIEW_CALL_ONLY 1
+
 typedef struct {
   keel_plugin_types_step_t *ptr;
   size_t len;
@@ -362,12 +374,15 @@ typedef keel_plugin_types_view_delta_t policy_view_delta_t;
 
 typedef keel_plugin_types_verdict_t policy_verdict_t;
 
+typedef keel_plugin_types_policy_view_t policy_policy_view_t;
+
 typedef struct {
   bool is_err;
   union {
+    policy_policy_view_t ok;
     policy_string_t err;
   } val;
-} policy_result_void_string_t;
+} policy_result_policy_view_string_t;
 
 typedef struct {
   bool is_err;
@@ -381,7 +396,7 @@ typedef struct {
 extern void keel_plugin_log_log(keel_plugin_log_level_t level, policy_string_t *message);
 
 // Exported Functions from `policy`
-bool exports_policy_init(policy_json_t *config, policy_string_t *err);
+bool exports_policy_init(policy_json_t *config, policy_policy_view_t *ret, policy_string_t *err);
 bool exports_policy_evaluate(policy_tool_call_t *call, policy_effect_t effect, policy_view_delta_t *view, policy_verdict_t *ret, policy_string_t *err);
 
 // Helper Functions
@@ -448,7 +463,7 @@ void policy_view_delta_free(policy_view_delta_t *ptr);
 
 void policy_verdict_free(policy_verdict_t *ptr);
 
-void policy_result_void_string_free(policy_result_void_string_t *ptr);
+void policy_result_policy_view_string_free(policy_result_policy_view_string_t *ptr);
 
 void policy_result_verdict_string_free(policy_result_verdict_string_t *ptr);
 

@@ -202,6 +202,11 @@ impl Policy for RulesPolicy {
     ) -> Result<Verdict, String> {
         Ok(self.0.evaluate(call, effect))
     }
+
+    /// Rules match the call alone, never the run's history.
+    fn view(&self) -> PolicyView {
+        PolicyView::CallOnly
+    }
 }
 
 keel_guest::export_policy!(RulesPolicy);
