@@ -60,32 +60,41 @@ impl Rules {
     }
 
     pub fn evaluate(&self, call: &ToolCall, effect: Effect) -> Verdict {
-        let args: Option<Value> = serde_json::from_str(&call.arguments).ok();
+        // The arguments are parsed only if a rule gets as far as its `args`
+        // conditions, and at most once; text that is not JSON matches none.
+        let mut args: Option<Option<Value>> = None;
         for (i, rule) in self.rules.iter().enumerate() {
-            if rule.matches(call, effect, args.as_ref()) {
-                let reason = rule
-                    .reason
-                    .clone()
-                    .unwrap_or_else(|| format!("matched rule {i}"));
-                return verdict(rule.action, reason, Value::from(i), &call.tool);
+            if rule.matches(call, effect, &mut args) {
+                return verdict(
+                    rule.action,
+                    || {
+                        rule.reason
+                            .clone()
+                            .unwrap_or_else(|| format!("matched rule {i}"))
+                    },
+                    Value::from(i),
+                    &call.tool,
+                );
             }
         }
         verdict(
             self.default,
-            "no rule matched".into(),
+            || "no rule matched".into(),
             Value::Null,
             &call.tool,
         )
     }
 }
 
-fn verdict(action: Action, reason: String, rule: Value, tool: &str) -> Verdict {
+/// The verdict of `action`; `reason` is built only for the actions that
+/// carry one.
+fn verdict(action: Action, reason: impl FnOnce() -> String, rule: Value, tool: &str) -> Verdict {
     match action {
         Action::Allow => Verdict::Allow,
-        Action::Deny => Verdict::Deny(reason),
-        Action::Abort => Verdict::Abort(reason),
+        Action::Deny => Verdict::Deny(reason()),
+        Action::Abort => Verdict::Abort(reason()),
         Action::RequireApproval => Verdict::RequireApproval(ApprovalRequest {
-            reason,
+            reason: reason(),
             presentation: serde_json::json!({ "rule": rule, "tool": tool }).to_string(),
         }),
     }
@@ -144,7 +153,8 @@ fn effect(path: &str, name: &str) -> Result<Effect, String> {
 }
 
 impl Rule {
-    fn matches(&self, call: &ToolCall, effect: Effect, args: Option<&Value>) -> bool {
+    /// `args` caches the call's parsed arguments across rules.
+    fn matches(&self, call: &ToolCall, effect: Effect, args: &mut Option<Option<Value>>) -> bool {
         if let Some(pattern) = &self.tool {
             if !glob(pattern, &call.tool) {
                 return false;
@@ -158,6 +168,12 @@ impl Rule {
                 return false;
             }
         }
+        if self.args.is_empty() {
+            return true;
+        }
+        let args = args
+            .get_or_insert_with(|| serde_json::from_str(&call.arguments).ok())
+            .as_ref();
         self.args.iter().all(|(key, pattern)| {
             matches!(args.and_then(|a| a.get(key)), Some(Value::String(s)) if glob(pattern, s))
         })
@@ -165,27 +181,36 @@ impl Rule {
 }
 
 /// `*` matches any run of characters, `?` exactly one; the rest literally.
+/// Walks both strings in place (no copies): on a mismatch after a `*`, the
+/// `*` takes one more character of the text and matching resumes.
 pub fn glob(pattern: &str, text: &str) -> bool {
-    let p: Vec<char> = pattern.chars().collect();
-    let t: Vec<char> = text.chars().collect();
-    let (mut pi, mut ti) = (0, 0);
-    let mut star: Option<(usize, usize)> = None;
-    while ti < t.len() {
-        if pi < p.len() && (p[pi] == '?' || (p[pi] != '*' && p[pi] == t[ti])) {
-            pi += 1;
-            ti += 1;
-        } else if pi < p.len() && p[pi] == '*' {
-            star = Some((pi, ti));
-            pi += 1;
-        } else if let Some((sp, st)) = star {
-            pi = sp + 1;
-            ti = st + 1;
-            star = Some((sp, st + 1));
-        } else {
-            return false;
+    let (mut p, mut t) = (pattern, text);
+    // The pattern after the last `*` seen, and the text that `*` stops at.
+    let mut star: Option<(&str, &str)> = None;
+    while let Some(c) = t.chars().next() {
+        match p.chars().next() {
+            Some('*') => {
+                p = &p[1..];
+                star = Some((p, t));
+            }
+            Some(x) if x == '?' || x == c => {
+                p = &p[x.len_utf8()..];
+                t = &t[c.len_utf8()..];
+            }
+            _ => {
+                let Some((after, at)) = star else {
+                    return false;
+                };
+                let Some(skipped) = at.chars().next() else {
+                    return false;
+                };
+                let at = &at[skipped.len_utf8()..];
+                star = Some((after, at));
+                (p, t) = (after, at);
+            }
         }
     }
-    p[pi..].iter().all(|c| *c == '*')
+    p.chars().all(|c| c == '*')
 }
 
 struct RulesPolicy(Rules);
@@ -262,6 +287,49 @@ mod tests {
         assert!(!glob("a?c", "ac"));
         assert!(glob("*/x", "a/b/x"));
         assert!(!glob("a", "ab"));
+        assert!(glob("*é?*", "xéy"));
+        assert!(!glob("*é?", "xé"));
+    }
+
+    /// The glob of the README, by the book: `*` any run, `?` one character.
+    fn glob_by_recursion(p: &[char], t: &[char]) -> bool {
+        match p.split_first() {
+            None => t.is_empty(),
+            Some(('*', rest)) => (0..=t.len()).any(|k| glob_by_recursion(rest, &t[k..])),
+            Some((c, rest)) => match t.split_first() {
+                Some((d, t_rest)) => (*c == '?' || c == d) && glob_by_recursion(rest, t_rest),
+                None => false,
+            },
+        }
+    }
+
+    #[test]
+    fn glob_agrees_with_the_definition_on_every_short_string() {
+        fn all(alphabet: &[char], max: usize) -> Vec<String> {
+            let mut out = vec![String::new()];
+            let mut last = vec![String::new()];
+            for _ in 0..max {
+                last = last
+                    .iter()
+                    .flat_map(|s| alphabet.iter().map(move |c| format!("{s}{c}")))
+                    .collect();
+                out.extend(last.iter().cloned());
+            }
+            out
+        }
+        let patterns = all(&['a', 'é', '*', '?'], 4);
+        let texts = all(&['a', 'é', 'b'], 4);
+        for p in &patterns {
+            let pc: Vec<char> = p.chars().collect();
+            for t in &texts {
+                let tc: Vec<char> = t.chars().collect();
+                assert_eq!(
+                    glob(p, t),
+                    glob_by_recursion(&pc, &tc),
+                    "{p:?} against {t:?}"
+                );
+            }
+        }
     }
 
     #[test]
