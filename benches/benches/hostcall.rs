@@ -124,7 +124,12 @@ fn bench_hostcall(c: &mut Criterion) {
             approvals: &[],
         }))
         .unwrap();
+        // The 400th step is left not done: the tracker never compares a
+        // done step again (a done step is final), so only a step in
+        // progress is re-sent when its version changes. It keeps its
+        // observation, so the delta carries the same bytes.
         let mut last = steps[399].clone();
+        last.state = StepState::Executing;
         let mut all = steps.clone();
         g.bench_function(
             BenchmarkId::new(format!("decide/one-step-delta/{label}"), 400),
@@ -237,6 +242,8 @@ fn bench_hostcall(c: &mut Criterion) {
         ] {
             // done_step wraps the padding in ~30 bytes of JSON.
             let mut step = done_step(0, size.saturating_sub(30).max(1));
+            // Not done, so that the tracker re-sends it (see decide above).
+            step.state = StepState::Executing;
             g.throughput(Throughput::Bytes(size as u64));
             g.bench_function(BenchmarkId::new("view-handoff", label), |b| {
                 b.iter(|| {
