@@ -1,6 +1,7 @@
 //! Cold start of the same plugin (policy-rules) built from Rust, C, Python
 //! and JavaScript: compile, load from the compile cache, instantiate from
-//! the `InstancePre` with `init`, and the first call.
+//! the `InstancePre` with `init` (from the pooling allocator's reused slots,
+//! and on demand, each instance's memory mapped afresh), and the first call.
 //!
 //!     cargo bench -p keel-benches --bench coldstart
 
@@ -20,6 +21,12 @@ fn bench_coldstart(c: &mut Criterion) {
     let dir = plugins_dir();
     let cache_dir = tempfile::tempdir().unwrap();
     let host = WasmHost::new(EngineOptions {
+        cache_dir: Some(cache_dir.path().to_path_buf()),
+        ..EngineOptions::default()
+    })
+    .unwrap();
+    let on_demand = WasmHost::new(EngineOptions {
+        pooling: false,
         cache_dir: Some(cache_dir.path().to_path_buf()),
         ..EngineOptions::default()
     })
@@ -52,18 +59,25 @@ fn bench_coldstart(c: &mut Criterion) {
             })
         });
         let plugin = host.load(&file, World::Policy, None).unwrap();
-        g.bench_function(BenchmarkId::new("instantiate-and-init", lang), |b| {
-            b.iter(|| {
-                rt.block_on(WasmPolicy::new(
-                    &host,
-                    &plugin,
-                    rules,
-                    &PluginLimits::default(),
-                    Arc::new(EventSink::default()),
-                ))
-                .unwrap()
-            })
-        });
+        let plugin_on_demand = on_demand.load(&file, World::Policy, None).unwrap();
+        for (alloc, host, plugin) in [
+            ("pooled", &host, &plugin),
+            ("on-demand", &on_demand, &plugin_on_demand),
+        ] {
+            let id = BenchmarkId::new(format!("instantiate-and-init/{alloc}"), lang);
+            g.bench_function(id, |b| {
+                b.iter(|| {
+                    rt.block_on(WasmPolicy::new(
+                        host,
+                        plugin,
+                        rules,
+                        &PluginLimits::default(),
+                        Arc::new(EventSink::default()),
+                    ))
+                    .unwrap()
+                })
+            });
+        }
         g.bench_function(BenchmarkId::new("first-call", lang), |b| {
             b.iter_batched(
                 || {

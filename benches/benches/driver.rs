@@ -1,10 +1,12 @@
 //! Per-step time of the loop at 10, 100 and 400 steps, small and ~8 KiB
 //! observations, synchronous=FULL and NORMAL, against the bare cost of the
 //! step's commits. Criterion reports time per run; divide by n for per step.
-//! Before the criterion benches, every run prints two ratios measured in
+//! Before the criterion benches, every run prints three ratios measured in
 //! alternation (`step/paired`: a step against its bare commits;
+//! `length/paired`: a step of a 400-step run against one of 10-step runs;
 //! `wasm/paired`: wasm consumers against native at 400 × 8 KiB), which the
 //! machine's drift does not skew the way it skews separate benches.
+//! `KEEL_PAIRED=length/paired` (comma-separated prefixes) runs only those.
 //!
 //!     cargo bench -p keel-benches --bench driver
 
@@ -26,6 +28,7 @@ fn bench_driver(c: &mut Criterion) {
         .build()
         .unwrap();
     paired_steps(&rt);
+    paired_length(&rt);
     let mut g = c.benchmark_group("driver");
     g.sample_size(10);
     // Wasm agent and policy (Rust agent-scripted and policy-rules) against
@@ -246,6 +249,62 @@ fn paired_steps(rt: &tokio::runtime::Runtime) {
     }
 }
 
+/// 400 steps against 10, per step, measured pairwise: each round makes
+/// one 400-step run and forty 10-step runs (the same 400 steps), back to
+/// back in an order that alternates by round, each kind on a store of its
+/// own. In memory too, which tells the loop's own growth from the disk's.
+fn paired_length(rt: &tokio::runtime::Runtime) {
+    const LONG: u32 = 400;
+    const SHORT: u32 = 10;
+    const ROUNDS: usize = 15;
+    for sync in [Some(Sync::Full), Some(Sync::Normal), None] {
+        for (label, pad) in [("small", 0usize), ("8KiB", 8 << 10)] {
+            let store_name = sync.map_or("Memory".to_string(), |s| format!("{s:?}"));
+            let name = format!("length/paired/{store_name}/{label}");
+            if !paired_selected(&name) {
+                continue;
+            }
+            let (_long_dir, long_store) = paired_runtime(sync);
+            let (_short_dir, short_store) = paired_runtime(sync);
+            let long = || measured_run(rt, &long_store, LONG, || native_consumers(LONG, pad));
+            let short = || {
+                let mut total = Measured::default();
+                for _ in 0..LONG / SHORT {
+                    total += measured_run(rt, &short_store, SHORT, || native_consumers(SHORT, pad));
+                }
+                total
+            };
+            let (mut ratios, mut longs, mut shorts) = (Vec::new(), Vec::new(), Vec::new());
+            for round in 0..ROUNDS + 1 {
+                let (l, s) = if round % 2 == 0 {
+                    let l = long();
+                    (l, short())
+                } else {
+                    let s = short();
+                    (long(), s)
+                };
+                // The first round warms the stores and the allocator.
+                if round >= 1 {
+                    ratios.push(l.wall / s.wall);
+                    longs.push(l.wall / LONG as f64);
+                    shorts.push(s.wall / LONG as f64);
+                }
+            }
+            let mid = median(&mut ratios); // sorts
+            println!(
+                "{name}: a {LONG}-step run against {n} {SHORT}-step runs, per step, \
+                 medians of {ROUNDS} interleaved rounds: {LONG} steps {:.0} us, \
+                 {SHORT} steps {:.0} us, ratio {mid:.2} (range {:.2}-{:.2})",
+                median(&mut longs) * 1e6,
+                median(&mut shorts) * 1e6,
+                ratios[0],
+                ratios[ROUNDS - 1],
+                n = LONG / SHORT,
+            );
+        }
+    }
+}
+
 /// Wasm agent and policy against native ones at 400 steps × 8 KiB,
 /// measured pairwise: each round runs one of each, back to back, each
 /// kind on a store of its own. Prints the median of the rounds' ratios.
@@ -317,10 +376,19 @@ fn paired_wasm(
 }
 
 /// What one run of the loop took, its consumers' set-up included.
+#[derive(Default)]
 struct Measured {
     wall: f64,
     cpu: f64,
     faults: u64,
+}
+
+impl std::ops::AddAssign for Measured {
+    fn add_assign(&mut self, other: Measured) {
+        self.wall += other.wall;
+        self.cpu += other.cpu;
+        self.faults += other.faults;
+    }
 }
 
 fn measured_run(
