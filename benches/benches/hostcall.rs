@@ -10,6 +10,8 @@
 //! * `import`: a `log` call into the host against a raw import of the same
 //!   signature; `import/paired` (printed, not a criterion bench) times
 //!   both in alternation and reports the ratio of the medians.
+//! * `noop/paired` (printed): a `decide` that does nothing, through Keel,
+//!   through its typed function alone, and a raw empty export, alternated.
 //! * `view-handoff`: `decide` handed one step of 64 B to 1 MiB (last: it
 //!   sets a byte throughput for the group).
 //!
@@ -212,6 +214,7 @@ fn bench_hostcall(c: &mut Criterion) {
     }
 
     paired_imports(&rt, &host, &hostile);
+    paired_noop(&rt, &host, &hostile);
 
     g.bench_function("instantiate/policy-with-init", |b| {
         b.iter(|| {
@@ -291,6 +294,16 @@ fn log_agent(
     hostile: &keel::wasm::Plugin,
     n: u32,
 ) -> (WasmAgent, Arc<EventSink>) {
+    hostile_agent(rt, host, hostile, &format!("logs-{n}"))
+}
+
+/// The test agent in `mode`, with its log sink.
+fn hostile_agent(
+    rt: &tokio::runtime::Runtime,
+    host: &WasmHost,
+    hostile: &keel::wasm::Plugin,
+    mode: &str,
+) -> (WasmAgent, Arc<EventSink>) {
     let limits = PluginLimits {
         log_lines_per_call: 1_000,
         ..PluginLimits::default()
@@ -301,7 +314,7 @@ fn log_agent(
         .block_on(WasmAgent::new(
             host,
             hostile,
-            &format!(r#"{{"mode":"logs-{n}"}}"#),
+            &format!(r#"{{"mode":"{mode}"}}"#),
             &[],
             &limits,
             gate,
@@ -415,6 +428,50 @@ fn paired_imports(rt: &tokio::runtime::Runtime, host: &WasmHost, hostile: &keel:
          keel {k:.0} ns; raw, default engine {p:.0} ns (keel/raw {:.2}); \
          raw, fuel and epochs {r:.0} ns (keel/raw {:.2})",
         k / p,
+        k / r
+    );
+}
+
+/// A call that does nothing, three ways, measured pairwise: Keel's
+/// `decide` of an agent that answers at once (the loop's path: budgets
+/// armed, the delta computed, the decision converted and size-checked);
+/// the same export of the same instance through its typed function alone,
+/// with the same (empty) delta; and a raw empty export on an engine with
+/// fuel and epochs, the floor of any call. Prints the medians.
+fn paired_noop(rt: &tokio::runtime::Runtime, host: &WasmHost, hostile: &keel::wasm::Plugin) {
+    const ROUNDS: usize = 5_000;
+    let (mut keel, _sink) = hostile_agent(rt, host, hostile, "noop");
+    let (mut same, _sink2) = hostile_agent(rt, host, hostile, "noop");
+    let (mut store, f) = raw_import(rt, true);
+    let run = bench_run(1);
+    let view = || RunView {
+        run: &run,
+        steps: &[],
+        approvals: &[],
+    };
+    // The SDK's view starts from a reset; the first call hands it over.
+    rt.block_on(same.decide(view())).unwrap();
+    let (mut k, mut s, mut r) = (
+        Vec::with_capacity(ROUNDS),
+        Vec::with_capacity(ROUNDS),
+        Vec::with_capacity(ROUNDS),
+    );
+    for round in 0..ROUNDS + 500 {
+        let kt = timed(|| black_box(rt.block_on(keel.decide(view())).unwrap()));
+        let st = timed(|| black_box(rt.block_on(same.decide_raw(&run)).unwrap().unwrap()));
+        let rt0 = timed(|| rt.block_on(f.call_async(&mut store, (0,))).unwrap());
+        if round >= 500 {
+            k.push(kt.as_nanos() as f64);
+            s.push(st.as_nanos() as f64);
+            r.push(rt0.as_nanos() as f64);
+        }
+    }
+    let (k, s, r) = (median(&mut k), median(&mut s), median(&mut r));
+    println!(
+        "noop/paired: a call that does nothing, medians of {ROUNDS} interleaved rounds: \
+         keel decide {k:.0} ns; the same export through its typed function {s:.0} ns \
+         (keel/typed {:.2}); an empty export, fuel and epochs {r:.0} ns (keel/empty {:.2})",
+        k / s,
         k / r
     );
 }

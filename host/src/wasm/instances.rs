@@ -155,6 +155,29 @@ impl WasmAgent {
 }
 
 impl WasmAgent {
+    /// Calls `decide` with an empty delta of `run` (not a reset, no steps,
+    /// no approvals) through the same typed export and nothing else: no
+    /// budgets armed, no tracker, no conversion or size check. Only for
+    /// measuring what Keel adds to a call.
+    #[doc(hidden)]
+    pub async fn decide_raw(
+        &mut self,
+        run: &Run,
+    ) -> wasmtime::Result<Result<wit::Decision, String>> {
+        if self.store.get_fuel().unwrap_or(0) < 1 << 40 {
+            self.store.set_fuel(u64::MAX / 2)?;
+            self.store.data_mut().deadline =
+                Instant::now() + std::time::Duration::from_secs(1 << 30);
+        }
+        let delta = lower::ViewDeltaRef {
+            reset: false,
+            run: lower::run(run, run.step_count),
+            steps: Vec::new(),
+            approvals: Vec::new(),
+        };
+        self.decide.call(&mut self.store, delta).await
+    }
+
     /// Makes the next call hand over the whole view again, as to a new
     /// instance (benchmarks compare this with a one-step delta).
     #[doc(hidden)]
