@@ -424,16 +424,6 @@ fn paired_runtime(sync: Option<Sync>) -> (Option<tempfile::TempDir>, Runtime) {
     }
 }
 
-/// Whether the paired measurement `name` runs: all of them unless
-/// `KEEL_PAIRED` names some (comma-separated prefixes), which saves the
-/// minutes of the others while one figure is being worked on.
-fn paired_selected(name: &str) -> bool {
-    match std::env::var("KEEL_PAIRED") {
-        Ok(only) => only.split(',').any(|p| name.starts_with(p.trim())),
-        Err(_) => true,
-    }
-}
-
 fn bare_run() -> Run {
     let mut r = Run::new("bench", "g", Limits::default(), 0);
     r.lease_owner = Some("bench".into());

@@ -213,8 +213,12 @@ fn bench_hostcall(c: &mut Criterion) {
         }
     }
 
-    paired_imports(&rt, &host, &hostile);
-    paired_noop(&rt, &host, &hostile);
+    if paired_selected("import/paired") {
+        paired_imports(&rt, &host, &hostile);
+    }
+    if paired_selected("noop/paired") {
+        paired_noop(&rt, &host, &hostile);
+    }
 
     g.bench_function("instantiate/policy-with-init", |b| {
         b.iter(|| {

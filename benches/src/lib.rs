@@ -206,3 +206,13 @@ pub async fn wasm_consumers(
         .unwrap();
     Consumers::new(Box::new(a), Box::new(p), tools, gate, sink)
 }
+
+/// Whether the paired measurement `name` runs: all of them unless
+/// `KEEL_PAIRED` names some (comma-separated prefixes), which saves the
+/// minutes of the others while one figure is being worked on.
+pub fn paired_selected(name: &str) -> bool {
+    match std::env::var("KEEL_PAIRED") {
+        Ok(only) => only.split(',').any(|p| name.starts_with(p.trim())),
+        Err(_) => true,
+    }
+}
