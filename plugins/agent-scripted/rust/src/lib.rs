@@ -70,6 +70,13 @@ struct TypedCall {
     arguments: Value,
 }
 
+/// `value` as compact JSON text, serialized straight into the string. Its
+/// `Display` gives the same text through the formatting machinery, which
+/// made a 400-entry script's set-up about a fifth slower.
+fn compact(value: &Value) -> String {
+    serde_json::to_string(value).unwrap_or_else(|_| value.to_string())
+}
+
 fn empty_object() -> Value {
     Value::Object(Default::default())
 }
@@ -82,9 +89,9 @@ impl Typed {
             .map(|entry| match entry {
                 TypedEntry::Call(c) => Decision::Call(ToolCall {
                     tool: c.tool,
-                    arguments: c.arguments.to_string(),
+                    arguments: compact(&c.arguments),
                 }),
-                TypedEntry::Complete(v) => Decision::Complete(v.to_string()),
+                TypedEntry::Complete(v) => Decision::Complete(compact(&v)),
                 TypedEntry::Fail(s) => Decision::Fail(s),
             })
             .collect();
@@ -114,10 +121,10 @@ fn parse_entry(path: String, value: Value) -> Result<Decision, String> {
             call.finish()?;
             Ok(Decision::Call(ToolCall {
                 tool,
-                arguments: arguments.to_string(),
+                arguments: compact(&arguments),
             }))
         }
-        "complete" => Ok(Decision::Complete(value.to_string())),
+        "complete" => Ok(Decision::Complete(compact(&value))),
         "fail" => match value {
             Value::String(s) => Ok(Decision::Fail(s)),
             _ => Err(format!("{path}: expected a string")),
