@@ -12,6 +12,10 @@
 # by their path inside the workspace, so a worktree's build would pass for
 # the checkout's; for the same reason every worktree file is touched before
 # its build, so that cargo never takes one ref's build for the other's.
+# Each ref's own agent-llm and policy-rules are built in its worktree too
+# (a change to the WIT or to a plugin is part of what is compared; a
+# binary cannot load the other ref's components across a WIT change); a
+# ref without scripts/build-rust-guest.sh uses the checkout's plugins.
 # The two binaries are then run interleaved
 # (base, head, base, head, ...) REPEATS times each (default 11), so drift in
 # the machine's speed reaches both. The fan-out flags default to the
@@ -26,7 +30,7 @@ if [[ "${1:-}" == "--self-test" ]]; then
     exec python3 "$stats" --self-test
 fi
 if [[ $# -lt 2 ]]; then
-    sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
 fi
 base_ref=$1 head_ref=$2
@@ -45,7 +49,6 @@ ab="$root/target/ab"
 target="$ab/target"
 mkdir -p "$ab/bin" "$ab/results"
 plugins="$root/target/plugins"
-[[ -f "$plugins/agent-llm-rust.wasm" ]] || { echo "no plugins in $plugins: run 'make plugins' first" >&2; exit 2; }
 
 build() { # ref name
     local ref=$1 name=$2 commit wt
@@ -60,6 +63,19 @@ build() { # ref name
     git -C "$wt" ls-files -z | (cd "$wt" && xargs -0 touch)
     CARGO_TARGET_DIR="$target" cargo build -q --release -p keel --manifest-path "$wt/Cargo.toml" >&2
     cp "$target/release/keel" "$ab/bin/keel-$name"
+    local dir="$ab/plugins-$name"
+    rm -rf "$dir"
+    if [[ -x "$wt/scripts/build-rust-guest.sh" ]]; then
+        echo "building $name's agent-llm and policy-rules" >&2
+        for p in agent-llm policy-rules; do
+            "$wt/scripts/build-rust-guest.sh" "$p" "$dir/$p-rust.wasm" >&2
+        done
+    else
+        echo "$ref has no scripts/build-rust-guest.sh: $name uses the checkout's plugins" >&2
+        [[ -f "$plugins/agent-llm-rust.wasm" ]] || { echo "no plugins in $plugins: run 'make plugins' first" >&2; exit 2; }
+        mkdir -p "$dir"
+        cp "$plugins/agent-llm-rust.wasm" "$plugins/policy-rules-rust.wasm" "$dir/"
+    fi
     echo "$commit"
 }
 base_commit=$(build "$base_ref" base)
@@ -71,7 +87,7 @@ cache="$ab/cache"
 echo "running ${flags[*]}, $repeats times each, interleaved; results in $out" >&2
 for i in $(seq 1 "$repeats"); do
     for name in base head; do
-        "$ab/bin/keel-$name" bench fanout "${flags[@]}" --plugins "$plugins" \
+        "$ab/bin/keel-$name" bench fanout "${flags[@]}" --plugins "$ab/plugins-$name" \
             --cache-dir "$cache" --json "$out/$name-$i.json" >/dev/null
         echo "  $name $i/$repeats done" >&2
     done
