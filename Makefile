@@ -61,6 +61,7 @@ test: plugins check-bindings
 	scripts/bench-ab.sh --self-test
 	KEEL_PLUGINS=$(CURDIR)/$(OUT) cargo test --workspace --exclude hostile-agent $(foreach p,$(RUST_PLUGINS),--exclude $(p)) --exclude xtask
 	cargo test -q -p keel-guest --all-features
+	cargo test -q -p keel-benches --benches --no-run
 	$(foreach p,$(RUST_PLUGINS),cargo test -q -p $(p) &&) true
 	cargo run -q -p keel-embed-example -- $(OUT)
 
