@@ -276,13 +276,7 @@ fn paired_length(rt: &tokio::runtime::Runtime) {
             };
             let (mut ratios, mut longs, mut shorts) = (Vec::new(), Vec::new(), Vec::new());
             for round in 0..ROUNDS + 1 {
-                let (l, s) = if round % 2 == 0 {
-                    let l = long();
-                    (l, short())
-                } else {
-                    let s = short();
-                    (long(), s)
-                };
+                let (l, s) = in_turn(round, long, short);
                 // The first round warms the stores and the allocator.
                 if round >= 1 {
                     ratios.push(l.wall / s.wall);
@@ -343,13 +337,7 @@ fn paired_wasm(
                 })
             };
             let run_native = || measured_run(rt, &native_store, N, || native_consumers(N, PAD));
-            let (wasm, native) = if round % 2 == 0 {
-                let w = run_wasm();
-                (w, run_native())
-            } else {
-                let n = run_native();
-                (run_wasm(), n)
-            };
+            let (wasm, native) = in_turn(round, run_wasm, run_native);
             // The first round warms the pool slots; the others reuse them.
             if round >= 1 {
                 ratios.push(wasm.wall / native.wall);
@@ -372,6 +360,18 @@ fn paired_wasm(
             median(&mut wasm_faults),
             median(&mut native_faults),
         );
+    }
+}
+
+/// Runs `a` and `b` back to back, `a` first in even rounds and `b` first
+/// in odd ones, so that neither always runs on the other's leftovers.
+fn in_turn<A, B>(round: usize, a: impl FnOnce() -> A, b: impl FnOnce() -> B) -> (A, B) {
+    if round % 2 == 0 {
+        let a = a();
+        (a, b())
+    } else {
+        let b = b();
+        (a(), b)
     }
 }
 

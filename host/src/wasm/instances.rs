@@ -48,6 +48,16 @@ fn arm(store: &mut Store<HostState>) -> Result<(), ConsumerError> {
     Ok(())
 }
 
+/// Lifts the fuel and deadline budgets for the benches' raw calls, which
+/// arm nothing per call (once: a raw call never lowers them back).
+fn unbudgeted(store: &mut Store<HostState>) -> wasmtime::Result<()> {
+    if store.get_fuel().unwrap_or(0) < 1 << 40 {
+        store.set_fuel(u64::MAX / 2)?;
+        store.data_mut().deadline = Instant::now() + std::time::Duration::from_secs(1 << 30);
+    }
+    Ok(())
+}
+
 fn trapped(store: &Store<HostState>, e: &wasmtime::Error) -> ConsumerError {
     let (kind, message) = classify(e, &store.data().stderr_text());
     ConsumerError::Trapped {
@@ -164,11 +174,7 @@ impl WasmAgent {
         &mut self,
         run: &Run,
     ) -> wasmtime::Result<Result<wit::Decision, String>> {
-        if self.store.get_fuel().unwrap_or(0) < 1 << 40 {
-            self.store.set_fuel(u64::MAX / 2)?;
-            self.store.data_mut().deadline =
-                Instant::now() + std::time::Duration::from_secs(1 << 30);
-        }
+        unbudgeted(&mut self.store)?;
         let delta = lower::ViewDeltaRef {
             reset: false,
             run: lower::run(run, run.step_count),
@@ -323,11 +329,7 @@ impl WasmPolicy {
         effect: wit::Effect,
         delta: &wit::ViewDelta,
     ) -> wasmtime::Result<Result<wit::Verdict, String>> {
-        if self.store.get_fuel().unwrap_or(0) < 1 << 40 {
-            self.store.set_fuel(u64::MAX / 2)?;
-            self.store.data_mut().deadline =
-                Instant::now() + std::time::Duration::from_secs(1 << 30);
-        }
+        unbudgeted(&mut self.store)?;
         let raw = match self.raw.take() {
             Some(raw) => raw,
             None => policy::Policy::new(&mut self.store, &self.instance)?,
