@@ -11,7 +11,7 @@ OUT := target/plugins
 WIT := wit/keel.wit
 
 RUST_PLUGINS := agent-scripted agent-llm policy-rules tool-echo tool-fs
-RUST_OUT := $(RUST_PLUGINS:%=$(OUT)/%-rust.wasm) $(OUT)/hostile-agent-rust.wasm
+RUST_OUT := $(RUST_PLUGINS:%=$(OUT)/%-rust.wasm) $(OUT)/hostile-agent-rust.wasm $(OUT)/hostile-tool-rust.wasm
 OTHER_OUT := $(OUT)/policy-rules-c.wasm \
              $(OUT)/policy-rules-py.wasm $(OUT)/agent-scripted-py.wasm \
              $(OUT)/policy-rules-js.wasm $(OUT)/agent-scripted-js.wasm
@@ -59,7 +59,7 @@ test: plugins check-bindings
 	node --test plugins/policy-rules/js plugins/agent-scripted/js
 	plugins/policy-rules/c/test.sh
 	scripts/bench-ab.sh --self-test
-	KEEL_PLUGINS=$(CURDIR)/$(OUT) cargo test --workspace --exclude hostile-agent $(foreach p,$(RUST_PLUGINS),--exclude $(p)) --exclude xtask
+	KEEL_PLUGINS=$(CURDIR)/$(OUT) cargo test --workspace --exclude hostile-agent --exclude hostile-tool $(foreach p,$(RUST_PLUGINS),--exclude $(p)) --exclude xtask
 	cargo test -q -p keel-guest --all-features
 	cargo test -q -p keel-benches --benches --no-run
 	$(foreach p,$(RUST_PLUGINS),cargo test -q -p $(p) &&) true

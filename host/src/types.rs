@@ -102,6 +102,8 @@ spelled_enum! {
         Approved = "approved",
         Denied = "denied",
         Expired = "expired",
+        /// Closed unanswered because the run was cancelled.
+        Cancelled = "cancelled",
     }
 }
 
@@ -225,6 +227,12 @@ pub struct Approval {
     pub decided_at: Option<i64>,
 }
 
+/// The largest goal a run may be given, in bytes (1 MiB).
+pub const MAX_GOAL_BYTES: usize = 1 << 20;
+
+/// A run's wall-clock bound unless its limits say otherwise: 24 hours.
+pub const DEFAULT_RUN_DEADLINE_MS: u64 = 24 * 60 * 60 * 1000;
+
 /// A run's limits. Zero or `None` means "no limit" only where said.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -234,7 +242,9 @@ pub struct Limits {
     /// A call with the same tool, arguments and result this many times in a
     /// row ends the run.
     pub max_identical_calls: u32,
-    /// Wall-clock deadline from the run's start, in milliseconds.
+    /// Wall-clock deadline from the run's start, in milliseconds, time
+    /// paused for approvals included. Every run has one: by default
+    /// [`DEFAULT_RUN_DEADLINE_MS`] (24 hours).
     pub deadline_ms: Option<u64>,
     pub max_model_calls: u32,
     pub max_tokens: u64,
@@ -248,7 +258,7 @@ impl Default for Limits {
             max_steps: 100,
             max_consecutive_failures: 5,
             max_identical_calls: 3,
-            deadline_ms: None,
+            deadline_ms: Some(DEFAULT_RUN_DEADLINE_MS),
             max_model_calls: 200,
             max_tokens: 2_000_000,
             approval_ttl_ms: None,
@@ -302,6 +312,19 @@ impl Run {
             updated_at: now,
         }
     }
+}
+
+/// At most `max` bytes of `text` (cut at a character boundary), with `…`
+/// when cut: for quoting plugin-supplied text in an error message.
+pub fn truncate_for_message(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
 }
 
 /// Canonical JSON: object keys sorted, no insignificant whitespace. This is

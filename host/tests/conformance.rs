@@ -24,6 +24,21 @@ const AGENT_TWINS: &[&str] = &[
     "agent-scripted-js.wasm",
 ];
 
+/// Whether every twin was built. Outside CI a missing one skips the whole
+/// comparison, by name, instead of comparing fewer twins; under CI
+/// [`plugin_path`] fails the test.
+fn every_twin_built(twins: &[&str]) -> bool {
+    let missing: Vec<&str> = twins
+        .iter()
+        .copied()
+        .filter(|t| plugin_path(t).is_none())
+        .collect();
+    if !missing.is_empty() {
+        eprintln!("skipping the comparison: {missing:?} not built");
+    }
+    missing.is_empty()
+}
+
 fn run_row() -> Run {
     let mut r = Run::new("run_c", "conformance", Limits::default(), 0);
     r.step_count = 1;
@@ -91,12 +106,13 @@ async fn policy(file: &str, config: &Value) -> Option<Result<WasmPolicy, Consume
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn policy_rules_twins_give_the_same_verdicts() {
+    if !every_twin_built(POLICY_TWINS) {
+        return;
+    }
     let run = run_row();
     let mut results: Vec<(String, Vec<(String, String, Value)>)> = vec![];
     for twin in POLICY_TWINS {
-        let Some(p) = policy(twin, &policy_config()).await else {
-            return;
-        };
+        let p = policy(twin, &policy_config()).await.expect("checked above");
         let mut p = p.unwrap_or_else(|e| panic!("{twin}: {e}"));
         let mut verdicts = vec![];
         for (tool, args, effect) in policy_cases() {
@@ -162,6 +178,9 @@ async fn policy_rules_twins_give_the_same_verdicts() {
 /// approvals, however many the run has, and its verdicts do not change.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn policy_rules_twins_are_handed_the_call_alone() {
+    if !every_twin_built(POLICY_TWINS) {
+        return;
+    }
     let mut run = run_row();
     run.step_count = 4;
     let steps: Vec<Step> = (0..3).map(decided_step).collect();
@@ -189,9 +208,7 @@ async fn policy_rules_twins_are_handed_the_call_alone() {
         arguments: "{}".into(),
     };
     for twin in POLICY_TWINS {
-        let Some(p) = policy(twin, &policy_config()).await else {
-            return;
-        };
+        let p = policy(twin, &policy_config()).await.expect("checked above");
         let mut p = p.unwrap_or_else(|e| panic!("{twin}: {e}"));
         assert!(!p.sees_steps(), "{twin} asked for the full view");
         let view = RunView {
@@ -224,6 +241,9 @@ async fn policy_rules_twins_are_handed_the_call_alone() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn policy_rules_twins_name_the_same_bad_key() {
+    if !every_twin_built(POLICY_TWINS) {
+        return;
+    }
     let bad = [
         (json!({ "rules": [], "rule": [] }), "config"),
         (json!({ "rules": {} }), "config.rules"),
@@ -251,9 +271,7 @@ async fn policy_rules_twins_name_the_same_bad_key() {
     ];
     for twin in POLICY_TWINS {
         for (config, path) in &bad {
-            let Some(r) = policy(twin, config).await else {
-                return;
-            };
+            let r = policy(twin, config).await.expect("checked above");
             let e = r
                 .err()
                 .unwrap_or_else(|| panic!("{twin} accepted {config}"))
@@ -311,11 +329,12 @@ fn canonical(d: Decision) -> (String, Value) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_scripted_twins_give_the_same_decisions() {
+    if !every_twin_built(AGENT_TWINS) {
+        return;
+    }
     let mut results = vec![];
     for twin in AGENT_TWINS {
-        let Some(p) = plugin(twin, World::Agent) else {
-            return;
-        };
+        let p = plugin(twin, World::Agent).expect("checked above");
         let gate = Arc::new(ModelGate::new(Arc::new(StubProvider::default())));
         let mut a = WasmAgent::new(
             &host(),
@@ -369,6 +388,9 @@ async fn agent_scripted_twins_give_the_same_decisions() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_scripted_twins_name_the_same_bad_key() {
+    if !every_twin_built(AGENT_TWINS) {
+        return;
+    }
     let bad = [
         (json!({ "script": [], "scrip": [] }), "config"),
         (json!({ "script": {} }), "config.script"),
@@ -387,9 +409,7 @@ async fn agent_scripted_twins_name_the_same_bad_key() {
         (json!({ "script": [{}] }), "config.script[0]"),
     ];
     for twin in AGENT_TWINS {
-        let Some(p) = plugin(twin, World::Agent) else {
-            return;
-        };
+        let p = plugin(twin, World::Agent).expect("checked above");
         for (config, path) in &bad {
             let gate = Arc::new(ModelGate::new(Arc::new(StubProvider::default())));
             let r = WasmAgent::new(

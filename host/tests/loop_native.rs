@@ -409,30 +409,37 @@ async fn a_held_lease_refuses_a_second_driver_and_an_expired_one_is_taken_over()
     );
 }
 
+/// A tool whose call never returns by itself: it awaits an hour.
+struct HangingTool;
+
+#[async_trait::async_trait]
+impl ToolProvider for HangingTool {
+    fn specs(&self) -> Vec<ToolSpec> {
+        vec![spec("hang", Effect::ReadOnly)]
+    }
+    async fn call(&self, _: &str, _: &str) -> Result<String, ToolError> {
+        tokio::time::sleep(std::time::Duration::from_secs(3600)).await;
+        Ok("{}".into())
+    }
+}
+
 #[tokio::test]
 async fn the_wall_clock_deadline_ends_a_run_even_inside_a_slow_tool() {
     let (_d, db) = tmpdb();
     let rt = runtime(&db);
-    let slow: Arc<dyn ToolProvider> = Arc::new(FnTool::new(spec("slow", Effect::ReadOnly), |_| {
-        std::thread::sleep(std::time::Duration::from_millis(150));
-        Ok(serde_json::json!({}))
-    }));
-    let calls: Vec<Decision> = (0..20)
-        .map(|i| call("slow", &format!(r#"{{"n":{i}}}"#)))
-        .collect();
-    let (c, _) = consumers(calls, vec![slow]);
-    let out = rt
-        .start(
-            "x",
-            Limits {
-                deadline_ms: Some(400),
-                ..Limits::default()
-            },
-            "{}",
-            c,
-        )
-        .await
-        .unwrap();
+    let (c, _) = consumers(vec![call("hang", "{}")], vec![Arc::new(HangingTool)]);
+    let limits = Limits {
+        deadline_ms: Some(300),
+        ..Limits::default()
+    };
+    // Only the deadline can end this run: the tool awaits for an hour.
+    let out = tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        rt.start("x", limits, "{}", c),
+    )
+    .await
+    .expect("the run's deadline did not interrupt the tool")
+    .unwrap();
     assert_eq!(out.run.status, RunStatus::Failed);
     assert_eq!(
         out.run.reason.as_deref(),
@@ -440,7 +447,20 @@ async fn the_wall_clock_deadline_ends_a_run_even_inside_a_slow_tool() {
         "{:?}",
         out.run.result
     );
-    assert!(out.run.step_count <= 4);
+    let store = Store::open_read_only(&db).unwrap();
+    let steps = store.load_steps(&out.run.id).unwrap();
+    let obs = steps[0].observation.as_ref().unwrap();
+    assert_eq!(obs.kind, ObservationKind::ToolError);
+    assert!(obs.content.contains("deadline while the tool ran"), "{}", obs.content);
+}
+
+#[test]
+fn every_run_has_a_finite_wall_clock_bound_by_default() {
+    assert_eq!(
+        Limits::default().deadline_ms,
+        Some(keel::DEFAULT_RUN_DEADLINE_MS)
+    );
+    assert_eq!(keel::DEFAULT_RUN_DEADLINE_MS, 24 * 3600 * 1000);
 }
 
 /// Wraps a consumer and logs a line through the run's sink on every call,
@@ -581,4 +601,43 @@ async fn the_journal_lists_every_event_in_the_order_it_happened() {
         .map(|e| e.seq)
         .collect();
     assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+}
+
+#[tokio::test]
+async fn an_observer_sees_each_event_once_in_order_and_only_after_its_commit() {
+    let (_d, db) = tmpdb();
+    let seen = Arc::new(Mutex::new(Vec::<i64>::new()));
+    let (s2, db2) = (seen.clone(), db.clone());
+    let reader = Arc::new(Mutex::new(None::<Store>));
+    // Looks each event up from another connection: found only if the
+    // transition that carries it has committed.
+    let rt = runtime(&db).with_observer(Arc::new(move |e: &keel::store::Event| {
+        let mut r = reader.lock().unwrap();
+        let store = r.get_or_insert_with(|| Store::open_read_only(&db2).unwrap());
+        let found = store
+            .events_after(Some(&e.run_id), e.seq - 1, 1)
+            .unwrap()
+            .first()
+            .map(|f| (f.seq, f.kind.clone()));
+        assert_eq!(found, Some((e.seq, e.kind.clone())), "notified before its commit");
+        s2.lock().unwrap().push(e.seq);
+    }));
+    let n = Arc::new(Mutex::new(0));
+    let (c, _) = consumers(
+        vec![call("t", "{}"), call("ask_t", "{}"), Decision::Complete("1".into())],
+        vec![
+            counting_tool("t", Effect::ReadOnly, n.clone()),
+            counting_tool("ask_t", Effect::LocalMutation, n.clone()),
+        ],
+    );
+    let out = rt.start("x", Limits::default(), "{}", c).await.unwrap();
+    assert_eq!(out.run.status, RunStatus::WaitingForApproval);
+    let store = Store::open_read_only(&db).unwrap();
+    let all: Vec<i64> = store
+        .events_after(Some(&out.run.id), 0, 1000)
+        .unwrap()
+        .iter()
+        .map(|e| e.seq)
+        .collect();
+    assert_eq!(*seen.lock().unwrap(), all, "every event once, in order");
 }

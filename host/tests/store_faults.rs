@@ -69,7 +69,7 @@ fn the_read_only_open_never_creates_or_migrates() {
     let p = dir.path().join("none.db");
     assert!(matches!(
         Store::open_read_only(&p).err().unwrap(),
-        StoreError::Uninitialised { .. }
+        StoreError::Missing { .. }
     ));
     assert!(!p.exists());
     drop(Store::open(&p, keel::Sync::Full).unwrap());

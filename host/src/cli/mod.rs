@@ -54,9 +54,12 @@ pub enum Command {
         /// The TOML config (store, model, agent, policy, tools, limits).
         #[arg(long, short)]
         config: PathBuf,
-        /// What the run should achieve; handed to the agent.
-        #[arg(long, short)]
-        goal: String,
+        /// What the run should achieve; handed to the agent (at most 1 MiB).
+        #[arg(long, short, required_unless_present = "goal_file", conflicts_with = "goal_file")]
+        goal: Option<String>,
+        /// Read the goal from this file instead (`-`: standard input), at most 1 MiB.
+        #[arg(long, value_name = "FILE")]
+        goal_file: Option<PathBuf>,
         /// Print events and the outcome as JSON lines.
         #[arg(long)]
         json: bool,
@@ -70,6 +73,16 @@ pub enum Command {
         /// The config to rebuild the consumers from (default: the one the run started with).
         #[arg(long, short)]
         config: Option<PathBuf>,
+        /// Take the run's lease at once although another process holds it
+        /// (say so only when you know that process is gone). Recorded in
+        /// the run's `lease.taken_over` event with --by. Without it, a lease
+        /// held by a process of this host that no longer runs is taken at
+        /// once, and any other waits for its expiry (30 s).
+        #[arg(long)]
+        take_over: bool,
+        /// Who takes the lease over (recorded with --take-over).
+        #[arg(long, default_value_t = whoami())]
+        by: String,
         #[arg(long)]
         json: bool,
     },
@@ -179,7 +192,8 @@ pub fn main() -> i32 {
     match rt.block_on(run_cmd::dispatch(cli)) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            // An error may quote what a plugin or a model wrote.
+            eprintln!("error: {}", output::safe(&format!("{e:#}")));
             classify(&e)
         }
     }
@@ -192,6 +206,7 @@ fn classify(e: &anyhow::Error) -> i32 {
         if let Some(se) = cause.downcast_ref::<StoreError>() {
             return match se {
                 StoreError::Refused(_)
+                | StoreError::Terminal { .. }
                 | StoreError::Leased { .. }
                 | StoreError::Conflict { .. }
                 | StoreError::Locked { .. } => exit::REFUSED,
@@ -203,7 +218,10 @@ fn classify(e: &anyhow::Error) -> i32 {
                 crate::driver::DriverError::Terminal(..)
                 | crate::driver::DriverError::Tampered { .. } => exit::REFUSED,
                 crate::driver::DriverError::Store(
-                    StoreError::Refused(_) | StoreError::Leased { .. } | StoreError::Locked { .. },
+                    StoreError::Refused(_)
+                    | StoreError::Terminal { .. }
+                    | StoreError::Leased { .. }
+                    | StoreError::Locked { .. },
                 ) => exit::REFUSED,
                 _ => exit::USAGE,
             };

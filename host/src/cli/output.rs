@@ -1,8 +1,48 @@
 //! How the CLI prints runs and events, as text or JSON.
+//!
+//! Text output goes through [`safe`]: whatever a plugin or a model wrote
+//! (a reason, a result, a goal, log lines) reaches the terminal with its
+//! control characters made visible, so that it cannot move the cursor,
+//! erase a line or fake one. `--json` output is exact (JSON escapes them).
 
 use crate::driver::Outcome;
 use crate::store::{Event, Store};
 use crate::types::*;
+use std::borrow::Cow;
+use std::fmt::Write as _;
+
+/// `text` with every control character (C0, DEL, C1: escape sequences,
+/// carriage returns, newlines) and every bidirectional override written
+/// as a visible escape such as `\u{1b}`.
+pub fn safe(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(needs_escape) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if needs_escape(c) => {
+                let _ = write!(out, "\\u{{{:x}}}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
+
+fn needs_escape(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// Prints one line of text output, made [`safe`].
+macro_rules! say {
+    ($($arg:tt)*) => { println!("{}", safe(&format!($($arg)*))) };
+}
+pub(crate) use say;
 
 pub fn print_event(e: &Event, json: bool) {
     if json {
@@ -14,7 +54,7 @@ pub fn print_event(e: &Event, json: bool) {
         .map(|i| format!(" step {i}"))
         .unwrap_or_default();
     let data = keel_guest::render::cap(&e.data, 160);
-    println!("#{:<5} {:<20}{step} {data}", e.seq, e.kind);
+    say!("#{:<5} {:<20}{step} {data}", e.seq, e.kind);
 }
 
 pub fn print_outcome(o: &Outcome, json: bool) {
@@ -28,23 +68,25 @@ pub fn print_outcome(o: &Outcome, json: bool) {
     let r = &o.run;
     match (&o.pending, r.status) {
         (Some(a), _) => {
-            println!(
+            say!(
                 "run {} paused: approval {} waits for an operator",
-                r.id, a.id
+                r.id,
+                a.id
             );
-            println!("  call:   {} {}", a.call.tool, a.call.arguments);
-            println!("  reason: {}", a.reason);
-            println!(
+            say!("  call:   {} {}", a.call.tool, a.call.arguments);
+            say!("  reason: {}", a.reason);
+            say!(
                 "  approve: keel approve {}    deny: keel deny {}",
-                a.id, a.id
+                a.id,
+                a.id
             );
         }
-        (None, RunStatus::Completed) => println!(
+        (None, RunStatus::Completed) => say!(
             "run {} completed: {}",
             r.id,
             r.result.as_deref().unwrap_or("null")
         ),
-        (None, s) => println!(
+        (None, s) => say!(
             "run {} {s} ({}): {}",
             r.id,
             r.reason.as_deref().unwrap_or("-"),
@@ -72,7 +114,7 @@ pub fn print_runs(runs: &[Run], store: &Store, json: bool) -> anyhow::Result<()>
         } else {
             String::new()
         };
-        println!(
+        say!(
             "{}  {:<21} {:>3} steps  {}{pending}",
             r.id,
             r.status.as_str(),
@@ -96,17 +138,19 @@ pub fn print_run_detail(
         );
         return Ok(());
     }
-    println!("run {}: {}", run.id, run.status);
-    println!("  goal:   {}", run.goal);
+    say!("run {}: {}", run.id, run.status);
+    say!("  goal:   {}", run.goal);
     if let Some(reason) = &run.reason {
-        println!("  reason: {reason}");
+        say!("  reason: {reason}");
     }
     if let Some(result) = &run.result {
-        println!("  result: {result}");
+        say!("  result: {result}");
     }
-    println!(
+    say!(
         "  steps: {}  model calls: {}  tokens: {}",
-        run.step_count, run.model_calls, run.tokens
+        run.step_count,
+        run.model_calls,
+        run.tokens
     );
     for s in steps {
         let what = match &s.decision {
@@ -116,9 +160,9 @@ pub fn print_run_detail(
             Some(Decision::Invalid(r)) => format!("invalid {r}"),
             None => "(deciding)".into(),
         };
-        println!("  [{}] {:<17} {what}", s.index, s.state.as_str());
+        say!("  [{}] {:<17} {what}", s.index, s.state.as_str());
         if let Some(o) = &s.observation {
-            println!(
+            say!(
                 "        {} {}",
                 o.kind.as_str(),
                 keel_guest::render::cap(&o.content, 200)
@@ -131,7 +175,7 @@ pub fn print_run_detail(
             .as_deref()
             .map(|b| format!(" by {b}"))
             .unwrap_or_default();
-        println!(
+        say!(
             "  approval {} ({}) step {}: {}{by}: {}",
             a.id,
             a.kind.as_str(),
@@ -141,4 +185,20 @@ pub fn print_run_detail(
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::safe;
+
+    #[test]
+    fn control_characters_and_bidi_overrides_are_made_visible() {
+        assert_eq!(safe("plain text ✓"), "plain text ✓");
+        assert_eq!(
+            safe("a\u{1b}[1A\u{1b}[2Kb"),
+            "a\\u{1b}[1A\\u{1b}[2Kb"
+        );
+        assert_eq!(safe("x\ny\r\u{7f}\u{9b}"), "x\\ny\\r\\u{7f}\\u{9b}");
+        assert_eq!(safe("\u{202e}evil"), "\\u{202e}evil");
+    }
 }

@@ -1,11 +1,11 @@
 //! The commands that touch runs.
 
-use super::output::{print_event, print_outcome, print_run_detail, print_runs};
+use super::output::{print_event, print_outcome, print_run_detail, print_runs, say, safe};
 use super::{exit, Cli, Command};
 use crate::config::{assemble_with_progress, Config};
 use crate::driver::{Outcome, Runtime};
 use crate::store::{Store, StoreHandle};
-use crate::types::RunStatus;
+use crate::types::{RunStatus, MAX_GOAL_BYTES};
 use anyhow::{anyhow, Context};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -18,12 +18,25 @@ pub struct Refused(pub String);
 pub async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
     let store_flag = cli.store.clone();
     match cli.command {
-        Command::Run { config, goal, json } => run(&config, store_flag, &goal, json).await,
+        Command::Run {
+            config,
+            goal,
+            goal_file,
+            json,
+        } => {
+            let goal = read_goal(goal, goal_file.as_deref())?;
+            run(&config, store_flag, &goal, json).await
+        }
         Command::Resume {
             run_id,
             config,
+            take_over,
+            by,
             json,
-        } => resume(&run_id, config, store_flag, json).await,
+        } => {
+            let take_over = take_over.then_some(by);
+            resume(&run_id, config, store_flag, take_over, json).await
+        }
         Command::Runs {
             status,
             limit,
@@ -58,8 +71,8 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Cancel { run_id, by } => {
             let mut store = open_write(store_flag)?;
             let run = store.cancel(&run_id, &by, now()).map_err(refusal)?;
-            println!(
-                "run {} cancelled (was running or paused; a live loop stops at its next write)",
+            say!(
+                "run {} cancelled (was running or paused; a live loop stops at once, or when its tool returns)",
                 run.id
             );
             Ok(exit::OK)
@@ -81,21 +94,66 @@ fn store_path(flag: Option<PathBuf>) -> PathBuf {
     flag.unwrap_or_else(|| PathBuf::from("keel.db"))
 }
 
+/// The error for a store file that does not exist.
+fn no_store(p: &Path) -> anyhow::Error {
+    anyhow!(
+        "no Keel store at {}: name one with --store PATH or KEEL_STORE (a run's store is the `store` of the config it ran with)",
+        p.display()
+    )
+}
+
 fn open_read(flag: Option<PathBuf>) -> anyhow::Result<Store> {
     let p = store_path(flag);
+    if !p.exists() {
+        return Err(no_store(&p));
+    }
     Store::open_read_only(&p).with_context(|| format!("opening the store {}", p.display()))
 }
 
 fn open_write(flag: Option<PathBuf>) -> anyhow::Result<Store> {
     let p = store_path(flag);
     if !p.exists() {
-        return Err(anyhow!(
-            "{}: no such store (start a run first, or pass --store)",
-            p.display()
-        ));
+        return Err(no_store(&p));
     }
     Store::open(&p, crate::store::Sync::Full)
         .with_context(|| format!("opening the store {}", p.display()))
+}
+
+/// The goal from `--goal` or `--goal-file` (`-`: standard input), at most
+/// [`MAX_GOAL_BYTES`] bytes.
+fn read_goal(goal: Option<String>, file: Option<&Path>) -> anyhow::Result<String> {
+    use std::io::Read;
+    let limit = MAX_GOAL_BYTES;
+    let text = match (goal, file) {
+        (Some(g), _) => g,
+        (None, Some(f)) => {
+            let mut buf = Vec::new();
+            let what = if f == Path::new("-") {
+                std::io::stdin()
+                    .lock()
+                    .take(limit as u64 + 1)
+                    .read_to_end(&mut buf)
+                    .context("reading the goal from standard input")?;
+                "standard input".to_string()
+            } else {
+                std::fs::File::open(f)
+                    .and_then(|h| h.take(limit as u64 + 1).read_to_end(&mut buf))
+                    .with_context(|| format!("{}: cannot read the goal file", f.display()))?;
+                f.display().to_string()
+            };
+            String::from_utf8(buf).map_err(|_| anyhow!("{what}: the goal is not UTF-8 text"))?
+        }
+        (None, None) => return Err(anyhow!("give the goal with --goal or --goal-file")),
+    };
+    if text.len() > limit {
+        return Err(anyhow!(
+            "the goal is over the limit of {limit} bytes (1 MiB)"
+        ));
+    }
+    if text.trim().is_empty() {
+        return Err(anyhow!("the goal is empty"));
+    }
+    Ok(text)
 }
 
 fn decide(
@@ -131,11 +189,13 @@ fn decide(
     };
     let a = store.decide_approval(&approval_id, approve, by, note, now())?;
     let verb = if approve { "approved" } else { "denied" };
-    println!(
+    say!(
         "approval {} {verb} by {by}: {} {}",
-        a.id, a.call.tool, a.call.arguments
+        a.id,
+        a.call.tool,
+        a.call.arguments
     );
-    println!("resume the run to act on it: keel resume {}", a.run_id);
+    say!("resume the run to act on it: keel resume {}", a.run_id);
     Ok(exit::OK)
 }
 
@@ -170,7 +230,7 @@ async fn run(
     let cfg = Config::load(config)?;
     let asm = assemble_with_progress(&cfg, &|line| {
         if !json {
-            eprintln!("{line}");
+            eprintln!("{}", safe(line));
         }
     })?;
     let rt = runtime(&cfg, store_flag, json)?;
@@ -186,6 +246,7 @@ async fn resume(
     run_id: &str,
     config: Option<PathBuf>,
     store_flag: Option<PathBuf>,
+    take_over: Option<String>,
     json: bool,
 ) -> anyhow::Result<i32> {
     let config = match config {
@@ -204,14 +265,21 @@ async fn resume(
     let cfg = Config::load(&config)?;
     let asm = assemble_with_progress(&cfg, &|line| {
         if !json {
-            eprintln!("{line}");
+            eprintln!("{}", safe(line));
         }
     })?;
     let rt = runtime(&cfg, store_flag, json)?;
-    let out = rt.resume(run_id, asm.consumers().await?).await?;
+    let consumers = asm.consumers().await?;
+    let out = match &take_over {
+        Some(by) => rt.resume_taking_over(run_id, consumers, by).await?,
+        None => rt.resume(run_id, consumers).await?,
+    };
     print_outcome(&out, json);
     Ok(exit_for(&out))
 }
+
+/// Events per read; a command pages through all of them.
+const EVENT_PAGE: u32 = 1000;
 
 async fn events(
     flag: Option<PathBuf>,
@@ -221,26 +289,127 @@ async fn events(
     json: bool,
 ) -> anyhow::Result<i32> {
     let store = open_read(flag)?;
+    if let Some(id) = &run_id {
+        store.run(id)?; // an unknown run is an error, not an empty listing
+    }
+    let id = run_id.as_deref();
     loop {
-        let batch = store.events_after(run_id.as_deref(), after, 1000)?;
-        for e in &batch {
-            print_event(e, json);
-            after = e.seq;
-        }
-        if !follow {
+        let done = print_events(
+            &mut |after| store.events_after(id, after, EVENT_PAGE),
+            &mut || match id {
+                Some(id) => Ok(store.run(id)?.status.is_terminal()),
+                None => Ok(false), // every run's events: follow until Ctrl-C
+            },
+            &mut |e| print_event(e, json),
+            &mut after,
+            follow,
+        )?;
+        if done {
             return Ok(exit::OK);
         }
-        if batch.is_empty() {
-            if let Some(id) = &run_id {
-                let st = store.run(id)?.status;
-                if st.is_terminal() {
-                    return Ok(exit::OK);
-                }
-            }
-            tokio::select! {
-                _ = tokio::time::sleep(std::time::Duration::from_millis(200)) => {}
-                _ = tokio::signal::ctrl_c() => return Ok(exit::OK),
-            }
+        tokio::select! {
+            _ = tokio::time::sleep(std::time::Duration::from_millis(200)) => {}
+            _ = tokio::signal::ctrl_c() => return Ok(exit::OK),
         }
+    }
+}
+
+/// Prints every event after `after` page by page, moving `after` along.
+/// Returns whether the listing is complete: always without `follow`; with
+/// it, once the run has ended and every event up to and including its
+/// terminal one was printed. The status is read before the events: a run's
+/// terminal event commits with its status, so a read that follows a
+/// terminal status holds it, and nothing is printed twice or skipped.
+fn print_events(
+    read: &mut dyn FnMut(i64) -> Result<Vec<crate::store::Event>, crate::store::StoreError>,
+    ended: &mut dyn FnMut() -> Result<bool, crate::store::StoreError>,
+    print: &mut dyn FnMut(&crate::store::Event),
+    after: &mut i64,
+    follow: bool,
+) -> Result<bool, crate::store::StoreError> {
+    loop {
+        let ended_before = follow && ended()?;
+        let batch = read(*after)?;
+        for e in &batch {
+            print(e);
+            *after = e.seq;
+        }
+        if batch.len() as u32 >= EVENT_PAGE {
+            continue; // a full page: there may be more
+        }
+        return Ok(!follow || ended_before);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Event;
+    use std::cell::RefCell;
+
+    fn ev(seq: i64, kind: &str) -> Event {
+        Event {
+            seq,
+            run_id: "r".into(),
+            step_index: None,
+            kind: kind.into(),
+            data: "{}".into(),
+            at: 0,
+        }
+    }
+
+    /// The store as a follower sees it: committed events, and a status read
+    /// that lets the run end (committing its last events) at the moment
+    /// the follower asks, the race that lost them before.
+    #[test]
+    fn following_prints_every_event_up_to_the_terminal_one_once_in_order() {
+        let log: RefCell<Vec<Event>> = RefCell::new((1..=2500).map(|i| ev(i, "plugin.log")).collect());
+        let status_reads = RefCell::new(0);
+        let mut printed = Vec::new();
+        let mut after = 0;
+        let mut rounds = 0;
+        loop {
+            rounds += 1;
+            let done = print_events(
+                &mut |a| Ok(log.borrow().iter().filter(|e| e.seq > a).take(EVENT_PAGE as usize).cloned().collect()),
+                &mut || {
+                    *status_reads.borrow_mut() += 1;
+                    if *status_reads.borrow() == 5 {
+                        let mut l = log.borrow_mut();
+                        let n = l.len() as i64;
+                        l.push(ev(n + 1, "step.done"));
+                        l.push(ev(n + 2, "run.completed"));
+                        return Ok(true);
+                    }
+                    Ok(*status_reads.borrow() > 5)
+                },
+                &mut |e| printed.push(e.seq),
+                &mut after,
+                true,
+            )
+            .unwrap();
+            if done {
+                break;
+            }
+            assert!(rounds < 10);
+        }
+        assert_eq!(printed, (1..=2502).collect::<Vec<i64>>());
+    }
+
+    #[test]
+    fn a_listing_pages_through_every_event() {
+        let log: Vec<Event> = (1..=1305).map(|i| ev(i, "plugin.log")).collect();
+        let mut printed = Vec::new();
+        let mut after = 0;
+        let done = print_events(
+            &mut |a| Ok(log.iter().filter(|e| e.seq > a).take(EVENT_PAGE as usize).cloned().collect()),
+            &mut || Ok(false),
+            &mut |e| printed.push(e.seq),
+            &mut after,
+            false,
+        )
+        .unwrap();
+        assert!(done);
+        assert_eq!(printed.len(), 1305);
     }
 }

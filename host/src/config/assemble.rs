@@ -8,6 +8,7 @@ use crate::driver::Consumers;
 use crate::model::{
     ModelGate, ModelProvider, OpenAiProvider, OpenAiSettings, ReplayProvider, StubProvider,
 };
+use crate::consumer::ToolProvider;
 use crate::tools::ToolSet;
 use crate::wasm::{
     EngineOptions, Plugin, ToolCaps, WasmAgent, WasmHost, WasmPolicy, WasmTools, World,
@@ -100,7 +101,7 @@ impl Assembly {
         let sink = Arc::new(EventSink::default());
         let gate = Arc::new(ModelGate::new(self.provider.clone()));
         let mut set = ToolSet::new();
-        for (plugin, t) in self.tools.iter().zip(&cfg.tools) {
+        for (i, (plugin, t)) in self.tools.iter().zip(&cfg.tools).enumerate() {
             let mut caps = ToolCaps {
                 network: t.grant.network,
                 ..ToolCaps::default()
@@ -129,8 +130,29 @@ impl Assembly {
             )
             .await
             .with_context(|| format!("starting tool {}", plugin.name))?;
+            let names: Vec<String> = tools.specs().into_iter().map(|s| s.name).collect();
             set.add(Arc::new(tools))
                 .map_err(|e| anyhow!("{}: {e}", plugin.name))?;
+            let not_ours = |key: &str, name: &str| {
+                anyhow!(
+                    "{}: tools[{i}].{key} names {name:?}, which {} does not declare (it declares: {})",
+                    cfg.path.display(),
+                    plugin.name,
+                    names.join(", ")
+                )
+            };
+            for (name, effect) in &t.effect {
+                if !names.contains(name) {
+                    return Err(not_ours("effect", name));
+                }
+                set.pin_effect(name, *effect).map_err(|e| anyhow!(e))?;
+            }
+            for name in &t.require_approval {
+                if !names.contains(name) {
+                    return Err(not_ours("require_approval", name));
+                }
+                set.require_approval(name).map_err(|e| anyhow!(e))?;
+            }
         }
         let agent = WasmAgent::new(
             &self.host,

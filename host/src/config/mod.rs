@@ -146,6 +146,15 @@ pub struct ToolConfig {
     pub stateful: bool,
     #[serde(default)]
     pub grant: Grant,
+    /// The effect of named tools of this component, whatever its `specs()`
+    /// claim (`{ fs_write = "destructive" }`): the policy judges, and crash
+    /// recovery trusts, this instead of the tool's own word.
+    #[serde(default)]
+    pub effect: std::collections::BTreeMap<String, crate::types::Effect>,
+    /// Tools of this component whose every call waits for an operator's
+    /// approval, even when the policy allows it.
+    #[serde(default)]
+    pub require_approval: Vec<String>,
 }
 
 /// The WASI capabilities a tool gets. Nothing unless named here.

@@ -7,9 +7,11 @@
 //! equals a fresh load.
 
 pub mod clock;
+pub mod operator;
 mod run_loop;
 
 pub use clock::{Clock, Ids, RandomIds, SeqIds, StepClock, SystemClock};
+pub use operator::cancel;
 
 use crate::consumer::{Agent, Policy};
 use crate::model::ModelGate;
@@ -145,7 +147,19 @@ impl Runtime {
     /// Takes the run's lease and drives it on from where it is: acts on a
     /// decided approval, recovers an interrupted step, or continues.
     pub async fn resume(&self, run_id: &str, consumers: Consumers) -> Result<Outcome, DriverError> {
-        run_loop::resume(self, run_id, consumers).await
+        run_loop::resume(self, run_id, consumers, None).await
+    }
+
+    /// [`Runtime::resume`], taking the run's lease at once even while
+    /// another owner holds it: the operator `by` says that owner is gone.
+    /// Recorded in the `lease.taken_over` event with `by`.
+    pub async fn resume_taking_over(
+        &self,
+        run_id: &str,
+        consumers: Consumers,
+        by: &str,
+    ) -> Result<Outcome, DriverError> {
+        run_loop::resume(self, run_id, consumers, Some(by.to_string())).await
     }
 }
 

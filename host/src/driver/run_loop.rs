@@ -71,7 +71,13 @@ pub(super) async fn start(
     if serde_json::from_str::<serde_json::Value>(meta).is_err() {
         return Err(DriverError::Invalid("run meta must be JSON".into()));
     }
-    let owner = rt.ids.next("lease");
+    if goal.len() > MAX_GOAL_BYTES {
+        return Err(DriverError::Invalid(format!(
+            "the goal is {} bytes, over the limit of {MAX_GOAL_BYTES}",
+            goal.len()
+        )));
+    }
+    let owner = crate::store::lease::owner_id(&rt.ids.next("lease"));
     let now = rt.clock.now_ms();
     let mut run = Run::new(&rt.ids.next("run"), goal, limits, now);
     run.meta = meta.to_string();
@@ -112,8 +118,9 @@ pub(super) async fn resume(
     rt: &Runtime,
     run_id: &str,
     c: Consumers,
+    take_over: Option<String>,
 ) -> Result<Outcome, DriverError> {
-    let owner = rt.ids.next("lease");
+    let owner = crate::store::lease::owner_id(&rt.ids.next("lease"));
     let now = rt.clock.now_ms();
     let (id, o, ttl) = (run_id.to_string(), owner.clone(), rt.lease_ttl_ms);
     let current = {
@@ -123,10 +130,18 @@ pub(super) async fn resume(
     if current.status.is_terminal() {
         return Err(DriverError::Terminal(current.id, current.status));
     }
-    let run = rt
+    let run = match rt
         .store
-        .with(move |s| s.acquire_lease(&id, &o, now, ttl))
-        .await??;
+        .with(move |s| s.acquire_lease_as(&id, &o, now, ttl, take_over.as_deref()))
+        .await?
+    {
+        Ok(run) => run,
+        // Finished by another process since it was read above.
+        Err(StoreError::Terminal { run_id, status }) => {
+            return Err(DriverError::Terminal(run_id, status))
+        }
+        Err(e) => return Err(e.into()),
+    };
     let id = run.id.clone();
     let (steps, approvals) = rt
         .store
@@ -564,7 +579,7 @@ impl<'r> Loop<'r> {
                 Ok(true)
             }
             ApprovalStatus::Pending => Ok(false),
-            ApprovalStatus::Expired | ApprovalStatus::Denied => {
+            ApprovalStatus::Expired | ApprovalStatus::Denied | ApprovalStatus::Cancelled => {
                 let why = match (&a.decided_by, &a.note) {
                     (Some(by), Some(n)) => format!("denied by {by}: {n}"),
                     (Some(by), None) => format!("denied by {by}"),
@@ -750,13 +765,14 @@ impl<'r> Loop<'r> {
                 approvals: &self.approvals,
             };
             let fut = self.c.agent.decide(view);
-            match remaining {
-                Some(left) => match tokio::time::timeout(left, fut).await {
-                    Ok(r) => Some(r),
-                    Err(_) => None,
-                },
-                None => Some(fut.await),
-            }
+            wait(self.rt, &self.run.id, remaining, true, fut).await
+        };
+        let decided = match decided {
+            Waited::Done(r) => Some(r),
+            Waited::Deadline => None,
+            // The agent's call (a slow model call, say) is dropped: the run
+            // is over, and its instance is never called again.
+            Waited::Cancelled(run) => return Err(Halt::Outcome(self.settle(run, None).await?)),
         };
         let limit_hit = self.c.model.drain_limit();
         let decision = match decided {
@@ -932,6 +948,20 @@ impl<'r> Loop<'r> {
             v => v,
         };
         let verdict = match verdict {
+            // The operator's config requires an approval for this tool,
+            // whatever the policy allowed.
+            Ok(Verdict::Allow) if self.c.tools.approval_required(&call.tool) => {
+                Ok(Verdict::RequireApproval(ApprovalRequest {
+                    reason: format!(
+                        "the operator's config requires an approval for every call of {:?}",
+                        call.tool
+                    ),
+                    presentation: json!({ "required_by": "config" }).to_string(),
+                }))
+            }
+            v => v,
+        };
+        let verdict = match verdict {
             Ok(v) => v,
             Err(e) => {
                 let reason = if matches!(e, ConsumerError::Trapped { .. }) {
@@ -1036,16 +1066,14 @@ impl<'r> Loop<'r> {
             // in the loop's task: a task of its own cost a hop to another
             // worker and back on every step.
             let call = CatchPanic(Box::pin(async move { tools.call(&c2).await }));
-            let joined = match self.remaining() {
-                Some(left) => tokio::time::timeout(left, call).await.ok(),
-                None => Some(call.await),
-            };
-            match joined {
-                None => Err(ToolError::new(
+            // A cancel does not interrupt a tool: its effect is under way.
+            // The loop records its result on the cancelled run instead.
+            match wait(self.rt, &self.run.id, self.remaining(), false, call).await {
+                Waited::Deadline | Waited::Cancelled(_) => Err(ToolError::new(
                     "the run passed its wall-clock deadline while the tool ran",
                 )),
-                Some(Ok(r)) => r,
-                Some(Err(e)) => Err(ToolError::new(format!(
+                Waited::Done(Ok(r)) => r,
+                Waited::Done(Err(e)) => Err(ToolError::new(format!(
                     "the tool panicked: {}",
                     panic_message(e)
                 ))),
@@ -1099,7 +1127,80 @@ impl<'r> Loop<'r> {
                 json!({ "reason": "limit_identical_calls", "error": msg }),
             ));
         }
-        self.commit(run, vec![s], vec![], events).await
+        // Kept to record the result should the run have been cancelled
+        // while the tool ran (the commit then fails its compare-and-set).
+        let done = s.clone();
+        match self.commit(run, vec![s], vec![], events).await {
+            Err(Halt::Outcome(o)) if o.run.status == RunStatus::Cancelled => {
+                Err(Halt::Outcome(self.settle(o.run, Some(done)).await?))
+            }
+            other => other,
+        }
+    }
+
+    /// Records what the loop still knows about a run an operator cancelled
+    /// under it, while it still holds the lease: the result of the tool
+    /// that was executing (its step, marked interrupted by the cancel, ends
+    /// done with `settled: true`) and the model calls made since the last
+    /// write. Then the lease is released. Should the lease be gone, the
+    /// run is left as the cancel wrote it.
+    async fn settle(&mut self, cancelled: Run, done: Option<Step>) -> Flow<Outcome> {
+        let drained = self.c.model.drain();
+        let now = self.now();
+        let mut run = cancelled.clone();
+        run.updated_at = now;
+        run.lease_owner = None;
+        run.lease_expires = None;
+        let mut steps = vec![];
+        let mut events = vec![];
+        if let Some(mut s) = done {
+            let (id, i) = (run.id.clone(), s.index);
+            let stored = self
+                .rt
+                .store
+                .with(move |st| st.load_steps(&id))
+                .await
+                .map_err(DriverError::from)?
+                .map_err(DriverError::from)?;
+            if let Some(cur) = stored.get(i as usize) {
+                if cur.state == StepState::Interrupted {
+                    s.version = cur.version + 1;
+                    s.updated_at = now;
+                    events.push(NewEvent::new(
+                        "step.done",
+                        Some(i),
+                        json!({ "observation": s.observation, "settled": true }),
+                    ));
+                    steps.push(s);
+                }
+            }
+        }
+        let t = Transition {
+            expect: Expect {
+                status: RunStatus::Cancelled,
+                owner: Some(self.owner.clone()),
+            },
+            run,
+            steps,
+            approvals: vec![],
+            events,
+            model_calls: drained.records,
+        };
+        match self.rt.store.commit(t).await {
+            Ok(c) => {
+                self.notify(&c.events);
+                self.run = c.run.clone();
+                Ok(Outcome {
+                    run: c.run,
+                    pending: None,
+                })
+            }
+            Err(StoreError::Conflict { .. }) => Ok(Outcome {
+                run: cancelled,
+                pending: None,
+            }),
+            Err(e) => Err(Halt::Error(e.into())),
+        }
     }
 
     /// How many steps in a row, ending with `last`, made the same call and
@@ -1183,4 +1284,62 @@ fn done_event(s: &Step) -> NewEvent {
         Some(s.index),
         json!({ "observation": s.observation }),
     )
+}
+
+/// How a wait on a consumer ended.
+enum Waited<T> {
+    Done(T),
+    /// The run's wall-clock deadline passed first.
+    Deadline,
+    /// An operator cancelled the run meanwhile (the cancelled row).
+    Cancelled(Run),
+}
+
+/// Awaits `fut` until the run's deadline (`remaining`), and, when
+/// `interruptible`, until an operator cancels the run: after a second, the
+/// run's status is read every half second, so a cancel from any process
+/// ends a slow wait (a model call, say) within about that. One timer
+/// serves both, and a consumer that answers at once sets none.
+async fn wait<F: std::future::Future>(
+    rt: &Runtime,
+    run_id: &str,
+    remaining: Option<std::time::Duration>,
+    interruptible: bool,
+    fut: F,
+) -> Waited<F::Output> {
+    use tokio::time::{Duration, Instant};
+    let now = Instant::now();
+    let deadline = remaining.map(|left| now + left);
+    let mut poll_at = interruptible.then(|| now + Duration::from_secs(1));
+    tokio::pin!(fut);
+    loop {
+        let wake = match (deadline, poll_at) {
+            (Some(d), Some(p)) => Some(d.min(p)),
+            (d, p) => d.or(p),
+        };
+        let timer = async {
+            match wake {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            biased;
+            r = &mut fut => return Waited::Done(r),
+            () = timer => {}
+        }
+        let now = Instant::now();
+        if deadline.is_some_and(|d| now >= d) {
+            return Waited::Deadline;
+        }
+        if poll_at.is_some_and(|p| now >= p) {
+            let id = run_id.to_string();
+            if let Ok(Ok(run)) = rt.store.with(move |s| s.run(&id)).await {
+                if run.status == RunStatus::Cancelled {
+                    return Waited::Cancelled(run);
+                }
+            }
+            poll_at = Some(Instant::now() + Duration::from_millis(500));
+        }
+    }
 }

@@ -49,6 +49,9 @@ struct GateState {
     max_tokens: u64,
     pending: Vec<ModelCallRecord>,
     limit_hit: Option<String>,
+    /// Calls refused by a limit in this step. Only the first is recorded:
+    /// an agent that keeps calling adds nothing more to the store.
+    refused: u32,
 }
 
 /// What the gate accumulated since it was last drained.
@@ -79,6 +82,12 @@ impl ModelGate {
         s.max_calls = max_calls;
         s.max_tokens = max_tokens;
         s.limit_hit = None;
+        s.refused = 0;
+    }
+
+    /// How many calls a limit refused in this step (see [`ModelGate::arm`]).
+    pub fn refused_calls(&self) -> u32 {
+        self.lock().refused
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, GateState> {
@@ -122,6 +131,10 @@ impl ModelGate {
             };
             if let Some((reason, msg)) = refused {
                 s.limit_hit = Some(reason.to_string());
+                s.refused += 1;
+                if s.refused > 1 {
+                    return Err(ModelError::LimitExceeded(msg));
+                }
                 let step = s.step;
                 s.pending.push(ModelCallRecord {
                     step_index: step,

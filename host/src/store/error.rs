@@ -14,6 +14,13 @@ pub enum StoreError {
         found: i64,
         supported: i64,
     },
+    /// The path cannot hold a store: a directory, a read-only file system,
+    /// no permission, a missing folder.
+    #[error("{path}: cannot open the store: {why}")]
+    Unusable { path: String, why: String },
+    /// No file at the path: nothing was ever stored there.
+    #[error("no Keel store at {path}: name one with --store PATH or KEEL_STORE")]
+    Missing { path: String },
     #[error("{path}: the store was never initialised; run a command that writes (such as `keel run`) first")]
     Uninitialised { path: String },
     #[error("the database is locked by another writer (waited {waited_ms} ms)")]
@@ -40,6 +47,9 @@ pub enum StoreError {
         owner: String,
         expires: i64,
     },
+    /// The run has ended; its state is final and nobody may drive it.
+    #[error("run {run_id} is {status}: its state is final")]
+    Terminal { run_id: String, status: RunStatus },
     #[error("{0}")]
     Refused(String),
     #[error("stored row is not valid: {0}")]

@@ -7,6 +7,7 @@
 
 mod apply;
 mod error;
+pub mod lease;
 mod rows;
 mod schema;
 mod writer;
@@ -262,6 +263,7 @@ impl Store {
     pub fn open(path: impl AsRef<Path>, sync: Sync) -> Result<Store, StoreError> {
         let p = path.as_ref();
         let path_s = p.display().to_string();
+        probe_writable(p)?;
         let conn = Connection::open_with_flags(
             p,
             OpenFlags::SQLITE_OPEN_READ_WRITE
@@ -274,9 +276,23 @@ impl Store {
             path: path_s,
             read_only: false,
         };
-        store.configure_writer(sync)?;
-        store.migrate()?;
-        Ok(store)
+        // Processes opening a new store at once contend for the switch to
+        // WAL and for the migration, and SQLite answers some of those
+        // contentions with an immediate "busy" that no busy handler waits
+        // out: try again, within the same time a writer waits for a lock.
+        let started = std::time::Instant::now();
+        let mut pause = Duration::from_millis(2);
+        loop {
+            match store.configure_writer(sync).and_then(|()| store.migrate()) {
+                Err(StoreError::Locked { .. })
+                    if started.elapsed() < Duration::from_millis(BUSY_TIMEOUT_MS) =>
+                {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(50));
+                }
+                other => return other.map(|()| store),
+            }
+        }
     }
 
     /// A private in-memory store (tests, benchmarks, the fan-out comparison).
@@ -301,7 +317,13 @@ impl Store {
         let p = path.as_ref();
         let path_s = p.display().to_string();
         if !p.exists() {
-            return Err(StoreError::Uninitialised { path: path_s });
+            return Err(StoreError::Missing { path: path_s });
+        }
+        if p.is_dir() {
+            return Err(StoreError::Unusable {
+                path: path_s,
+                why: "it is a directory, not a store file".into(),
+            });
         }
         let conn = Connection::open_with_flags(
             p,
@@ -379,8 +401,20 @@ impl Store {
         Ok((app, version))
     }
 
+    /// Creates or migrates the schema. The version is read inside the
+    /// write transaction that migrates, so that processes opening a new
+    /// store at once serialise on its lock: the first migrates, the others
+    /// then read the version it wrote and find nothing to do.
     fn migrate(&mut self) -> Result<(), StoreError> {
-        let (app, version) = self.identity()?;
+        let (_, version) = self.identity()?;
+        if version == CURRENT_VERSION {
+            return self.check_identity();
+        }
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let app: i64 = tx.query_row("PRAGMA application_id", [], |r| r.get(0))?;
+        let version: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
         if version > CURRENT_VERSION {
             return Err(StoreError::TooNew {
                 path: self.path.clone(),
@@ -389,8 +423,7 @@ impl Store {
             });
         }
         let has_tables: i64 =
-            self.conn
-                .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))?;
+            tx.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))?;
         if app != schema::APPLICATION_ID && (version != 0 || has_tables != 0) {
             return Err(StoreError::Foreign {
                 path: self.path.clone(),
@@ -398,17 +431,26 @@ impl Store {
             });
         }
         if version == CURRENT_VERSION {
-            return Ok(());
+            return Ok(()); // another process migrated it meanwhile
         }
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
         for (i, m) in schema::MIGRATIONS.iter().enumerate().skip(version as usize) {
             tx.execute_batch(m)?;
             tx.pragma_update(None, "user_version", (i + 1) as i64)?;
         }
         tx.pragma_update(None, "application_id", schema::APPLICATION_ID)?;
         tx.commit()?;
+        Ok(())
+    }
+
+    /// A store already at the current version must still be Keel's.
+    fn check_identity(&self) -> Result<(), StoreError> {
+        let (app, _) = self.identity()?;
+        if app != schema::APPLICATION_ID {
+            return Err(StoreError::Foreign {
+                path: self.path.clone(),
+                found: app,
+            });
+        }
         Ok(())
     }
 
@@ -624,6 +666,22 @@ impl Store {
         now: i64,
         ttl_ms: i64,
     ) -> Result<Run, StoreError> {
+        self.acquire_lease_as(run_id, owner, now, ttl_ms, None)
+    }
+
+    /// [`Store::acquire_lease`], also taking a live lease at once when its
+    /// holder is provably gone (a process of this host that no longer
+    /// runs), or when `take_over` names the operator who forces it. Either
+    /// is recorded in the `lease.taken_over` event with why and by whom. A
+    /// terminal run's lease is never taken: its state is final.
+    pub fn acquire_lease_as(
+        &mut self,
+        run_id: &str,
+        owner: &str,
+        now: i64,
+        ttl_ms: i64,
+        take_over: Option<&str>,
+    ) -> Result<Run, StoreError> {
         self.writable()?;
         let tx = self
             .conn
@@ -637,27 +695,46 @@ impl Store {
                 None => return Err(StoreError::RunNotFound(run_id.to_string())),
             }
         };
+        if run.status.is_terminal() {
+            return Err(StoreError::Terminal {
+                run_id: run_id.into(),
+                status: run.status,
+            });
+        }
         let mut events = Vec::new();
         match (&run.lease_owner, run.lease_expires) {
             (Some(o), Some(exp)) if o != owner && exp > now => {
-                return Err(StoreError::Leased {
-                    run_id: run_id.into(),
-                    owner: o.clone(),
-                    expires: exp,
-                })
+                let why = match take_over {
+                    Some(by) => Some(serde_json::json!({ "why": "operator", "by": by })),
+                    None if lease::holder_gone(o) => {
+                        Some(serde_json::json!({ "why": "holder_gone" }))
+                    }
+                    None => None,
+                };
+                let Some(mut why) = why else {
+                    return Err(StoreError::Leased {
+                        run_id: run_id.into(),
+                        owner: o.clone(),
+                        expires: exp,
+                    });
+                };
+                why["from"] = serde_json::json!(o);
+                why["to"] = serde_json::json!(owner);
+                why["expires_at"] = serde_json::json!(exp);
+                events.push(NewEvent::new("lease.taken_over", None, why));
             }
             (Some(o), _) if o != owner => events.push(NewEvent::new(
                 "lease.taken_over",
                 None,
-                serde_json::json!({ "from": o, "to": owner, "expired_at": run.lease_expires }),
+                serde_json::json!({ "from": o, "to": owner, "why": "expired", "expired_at": run.lease_expires }),
             )),
             _ => {}
         }
         let n = tx
             .prepare_cached(
-                "UPDATE runs SET lease_owner=?2, lease_expires=?3 WHERE id=?1 AND lease_owner IS ?4",
+                "UPDATE runs SET lease_owner=?2, lease_expires=?3 WHERE id=?1 AND lease_owner IS ?4 AND status=?5",
             )?
-            .execute(params![run_id, owner, now + ttl_ms, run.lease_owner])?;
+            .execute(params![run_id, owner, now + ttl_ms, run.lease_owner, run.status.as_str()])?;
         if n != 1 {
             return Err(StoreError::Refused(format!(
                 "run {run_id}: lease changed while taking it"
@@ -696,44 +773,13 @@ impl Store {
         Ok(())
     }
 
-    /// Cancels a run from any process. A live loop's next write fails its
-    /// compare-and-set and the loop returns the cancelled run.
+    /// Cancels a run from any process, settling the step it is in and
+    /// closing its pending approvals in the same transaction (the rules are
+    /// [`crate::driver::operator`]'s). A live loop stops at once, or when
+    /// its executing tool returns, and records that tool's result.
     pub fn cancel(&mut self, run_id: &str, who: &str, now: i64) -> Result<Run, StoreError> {
         self.writable()?;
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let run = {
-            let mut stmt =
-                tx.prepare_cached(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE id=?1"))?;
-            let mut rows = stmt.query([run_id])?;
-            match rows.next()? {
-                Some(r) => read_run(r)?,
-                None => return Err(StoreError::RunNotFound(run_id.to_string())),
-            }
-        };
-        if run.status.is_terminal() {
-            return Err(StoreError::Refused(format!(
-                "run {run_id} is already {}",
-                run.status
-            )));
-        }
-        tx.prepare_cached(
-            "UPDATE runs SET status='cancelled', reason='operator_cancelled', updated_at=?2 WHERE id=?1 AND status=?3",
-        )?
-        .execute(params![run_id, now, run.status.as_str()])?;
-        apply::insert_events(
-            &tx,
-            run_id,
-            now,
-            &encode(&[NewEvent::new(
-                "run.cancelled",
-                None,
-                serde_json::json!({ "by": who, "was": run.status }),
-            )]),
-        )?;
-        tx.commit()?;
-        self.run(run_id)
+        crate::driver::operator::cancel(self, run_id, who, now)
     }
 
     /// Records an operator's approval or denial of a pending approval. The
@@ -823,6 +869,36 @@ impl Store {
     #[doc(hidden)]
     pub fn connection(&self) -> &Connection {
         &self.conn
+    }
+}
+
+/// Says why `p` cannot be a writable store before SQLite tries: SQLite
+/// reports a directory, a read-only mount and a permission problem alike
+/// ("unable to open database file"), or silently opens a read-only file
+/// read-only. Creating the file here is what SQLite would do next.
+fn probe_writable(p: &Path) -> Result<(), StoreError> {
+    let unusable = |why: String| StoreError::Unusable {
+        path: p.display().to_string(),
+        why,
+    };
+    if p.is_dir() {
+        return Err(unusable("it is a directory, not a store file".into()));
+    }
+    let opened = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(p);
+    match opened {
+        Ok(_) => Ok(()),
+        Err(e) => Err(unusable(match e.kind() {
+            std::io::ErrorKind::PermissionDenied => "permission denied".into(),
+            std::io::ErrorKind::ReadOnlyFilesystem => "it is on a read-only file system".into(),
+            std::io::ErrorKind::NotFound => "its folder does not exist".into(),
+            std::io::ErrorKind::IsADirectory => "it is a directory, not a store file".into(),
+            _ => e.to_string(),
+        })),
     }
 }
 

@@ -13,6 +13,8 @@ use std::sync::Arc;
 pub struct ToolSet {
     specs: Vec<ToolSpec>,
     by_name: HashMap<String, (usize, serde_json::Value, Arc<dyn ToolProvider>)>,
+    /// Tools the operator requires an approval for, whatever the policy says.
+    approval_required: std::collections::HashSet<String>,
 }
 
 /// Why a decision's call cannot run.
@@ -38,10 +40,13 @@ impl ToolSet {
         ToolSet::default()
     }
 
-    /// Adds every tool of `provider`. A name already taken or a schema that
-    /// is not JSON is an error.
+    /// Adds every tool of `provider`. A name already taken, a schema that
+    /// is not JSON, or a spec over the bounds of [`schema::SpecBounds`] is
+    /// an error.
     pub fn add(&mut self, provider: Arc<dyn ToolProvider>) -> Result<(), String> {
-        for spec in provider.specs() {
+        let specs = provider.specs();
+        schema::check_specs(&specs)?;
+        for spec in specs {
             if self.by_name.contains_key(&spec.name) {
                 return Err(format!("two tools are named {:?}", spec.name));
             }
@@ -52,6 +57,7 @@ impl ToolSet {
                         spec.name
                     )
                 })?;
+            schema::check_schema(&spec.name, &schema)?;
             self.by_name.insert(
                 spec.name.clone(),
                 (self.specs.len(), schema, provider.clone()),
@@ -59,6 +65,41 @@ impl ToolSet {
             self.specs.push(spec);
         }
         Ok(())
+    }
+
+    /// Sets the effect of tool `name`, whatever its provider claims: the
+    /// operator's word on what a tool may do is what the policy judges and
+    /// what crash recovery trusts.
+    pub fn pin_effect(&mut self, name: &str, effect: crate::types::Effect) -> Result<(), String> {
+        let i = self.index(name)?;
+        self.specs[i].effect = effect;
+        Ok(())
+    }
+
+    /// Makes every call of tool `name` wait for an operator's approval,
+    /// even when the policy allows it.
+    pub fn require_approval(&mut self, name: &str) -> Result<(), String> {
+        self.index(name)?;
+        self.approval_required.insert(name.to_string());
+        Ok(())
+    }
+
+    /// Whether the operator requires an approval for every call of `name`.
+    pub fn approval_required(&self, name: &str) -> bool {
+        self.approval_required.contains(name)
+    }
+
+    fn index(&self, name: &str) -> Result<usize, String> {
+        match self.by_name.get(name) {
+            Some((i, _, _)) => Ok(*i),
+            None => {
+                let known: Vec<&str> = self.specs.iter().map(|s| s.name.as_str()).collect();
+                Err(format!(
+                    "no tool is named {name:?} (the tools are: {})",
+                    known.join(", ")
+                ))
+            }
+        }
     }
 
     pub fn specs(&self) -> &[ToolSpec] {

@@ -8,11 +8,104 @@
 //! Schema itself does with unknown keywords; `description` and `default` are
 //! annotations.
 
+use crate::types::ToolSpec;
 use serde_json::Value;
 
+/// What the host accepts from a tool's `specs()`: whatever a plugin hands
+/// over is bounded in size, and its schema in depth and size, so that the
+/// host's own work on it (parsing, validating every call, rendering it for
+/// the model) stays bounded too.
+pub struct SpecBounds;
+
+impl SpecBounds {
+    /// Tools one provider may declare.
+    pub const MAX_TOOLS: usize = 128;
+    /// Bytes of a tool's name.
+    pub const MAX_NAME_BYTES: usize = 128;
+    /// Bytes of a tool's description.
+    pub const MAX_DESCRIPTION_BYTES: usize = 16 << 10;
+    /// Bytes of a tool's parameters schema, as JSON text.
+    pub const MAX_SCHEMA_BYTES: usize = 64 << 10;
+    /// Nesting of a schema (objects and arrays within each other).
+    pub const MAX_SCHEMA_DEPTH: usize = 32;
+    /// Schema checks one call's validation may make: enough for a
+    /// 100,000-element array against a simple item schema, far short of
+    /// what nested `anyOf` can make of a large argument.
+    pub const VALIDATION_BUDGET: u64 = 250_000;
+}
+
+/// Refuses a provider's specs over [`SpecBounds`], naming the tool and
+/// the bound.
+pub fn check_specs(specs: &[ToolSpec]) -> Result<(), String> {
+    if specs.len() > SpecBounds::MAX_TOOLS {
+        return Err(format!(
+            "declares {} tools, over the limit of {}",
+            specs.len(),
+            SpecBounds::MAX_TOOLS
+        ));
+    }
+    for s in specs {
+        let over = |what: &str, len: usize, max: usize| {
+            Err(format!(
+                "tool {:?}: its {what} is {len} bytes, over the limit of {max}",
+                crate::types::truncate_for_message(&s.name, 64)
+            ))
+        };
+        if s.name.is_empty() {
+            return Err("a tool has an empty name".into());
+        }
+        if s.name.len() > SpecBounds::MAX_NAME_BYTES {
+            return over("name", s.name.len(), SpecBounds::MAX_NAME_BYTES);
+        }
+        if s.description.len() > SpecBounds::MAX_DESCRIPTION_BYTES {
+            return over(
+                "description",
+                s.description.len(),
+                SpecBounds::MAX_DESCRIPTION_BYTES,
+            );
+        }
+        if s.parameters.len() > SpecBounds::MAX_SCHEMA_BYTES {
+            return over(
+                "parameters schema",
+                s.parameters.len(),
+                SpecBounds::MAX_SCHEMA_BYTES,
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Refuses a parsed schema nested deeper than [`SpecBounds::MAX_SCHEMA_DEPTH`].
+pub fn check_schema(tool: &str, schema: &Value) -> Result<(), String> {
+    fn depth(v: &Value) -> usize {
+        match v {
+            Value::Object(m) => 1 + m.values().map(depth).max().unwrap_or(0),
+            Value::Array(a) => 1 + a.iter().map(depth).max().unwrap_or(0),
+            _ => 0,
+        }
+    }
+    let d = depth(schema);
+    if d > SpecBounds::MAX_SCHEMA_DEPTH {
+        return Err(format!(
+            "tool {tool:?}: its parameters schema nests {d} deep, over the limit of {}",
+            SpecBounds::MAX_SCHEMA_DEPTH
+        ));
+    }
+    Ok(())
+}
+
 /// `Ok` or the first violation, with the JSON path of the offending value.
+/// Validation makes at most [`SpecBounds::VALIDATION_BUDGET`] checks; past
+/// that the arguments are refused as too costly to validate.
 pub fn validate(schema: &Value, value: &Value) -> Result<(), String> {
-    check(schema, value, "arguments")
+    let mut budget = SpecBounds::VALIDATION_BUDGET;
+    match check(schema, value, "arguments", &mut budget) {
+        Err(e) if budget == 0 => Err(format!(
+            "validating them took more than the budget of {} schema checks ({e})",
+            SpecBounds::VALIDATION_BUDGET
+        )),
+        other => other,
+    }
 }
 
 fn type_ok(name: &str, v: &Value) -> bool {
@@ -32,7 +125,11 @@ fn type_ok(name: &str, v: &Value) -> bool {
     }
 }
 
-fn check(schema: &Value, v: &Value, path: &str) -> Result<(), String> {
+fn check(schema: &Value, v: &Value, path: &str, budget: &mut u64) -> Result<(), String> {
+    if *budget == 0 {
+        return Err(format!("{path}: out of budget"));
+    }
+    *budget -= 1;
     let s = match schema {
         Value::Bool(true) => return Ok(()),
         Value::Bool(false) => return Err(format!("{path}: not allowed")),
@@ -103,7 +200,7 @@ fn check(schema: &Value, v: &Value, path: &str) -> Result<(), String> {
         }
         if let Some(item_schema) = s.get("items") {
             for (i, item) in items.iter().enumerate() {
-                check(item_schema, item, &format!("{path}[{i}]"))?;
+                check(item_schema, item, &format!("{path}[{i}]"), budget)?;
             }
         }
     }
@@ -119,10 +216,10 @@ fn check(schema: &Value, v: &Value, path: &str) -> Result<(), String> {
         for (key, value) in obj {
             let sub = format!("{path}.{key}");
             match props.and_then(|p| p.get(key)) {
-                Some(prop) => check(prop, value, &sub)?,
+                Some(prop) => check(prop, value, &sub, budget)?,
                 None => match s.get("additionalProperties") {
                     Some(Value::Bool(false)) => return Err(format!("{sub}: unknown property")),
-                    Some(extra @ Value::Object(_)) => check(extra, value, &sub)?,
+                    Some(extra @ Value::Object(_)) => check(extra, value, &sub, budget)?,
                     _ => {}
                 },
             }
@@ -130,11 +227,21 @@ fn check(schema: &Value, v: &Value, path: &str) -> Result<(), String> {
     }
     if let Some(Value::Array(all)) = s.get("allOf") {
         for sub in all {
-            check(sub, v, path)?;
+            check(sub, v, path, budget)?;
         }
     }
     if let Some(Value::Array(any)) = s.get("anyOf") {
-        if !any.iter().any(|sub| check(sub, v, path).is_ok()) {
+        let mut matched = false;
+        for sub in any {
+            if check(sub, v, path, budget).is_ok() {
+                matched = true;
+                break;
+            }
+            if *budget == 0 {
+                return Err(format!("{path}: out of budget"));
+            }
+        }
+        if !matched {
             return Err(format!("{path}: matches none of the allowed shapes"));
         }
     }
@@ -180,6 +287,49 @@ mod tests {
             .unwrap_err()
             .contains("expected \"string\""));
         assert!(validate(&s, &json!([1])).is_err());
+    }
+
+    #[test]
+    fn nested_any_of_over_a_large_array_is_refused_within_its_budget() {
+        // 12 levels of two-branch anyOf, each branch failing only at the
+        // array's last item: without a budget, 4,096 passes over 100,000
+        // items (minutes of CPU).
+        let mut schema = json!({"type": "array", "items": {"type": "integer"}});
+        for _ in 0..12 {
+            schema = json!({"anyOf": [schema.clone(), schema]});
+        }
+        let mut items: Vec<Value> = (0..100_000).map(|i| json!(i)).collect();
+        items.push(json!("not an integer"));
+        let started = std::time::Instant::now();
+        let err = validate(&schema, &Value::Array(items)).unwrap_err();
+        assert!(err.contains("budget"), "{err}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(20));
+        // A large but simple argument is still validated whole.
+        let simple = json!({"type": "array", "items": {"type": "integer"}});
+        let ok: Vec<Value> = (0..100_000).map(|i| json!(i)).collect();
+        assert!(validate(&simple, &Value::Array(ok)).is_ok());
+    }
+
+    #[test]
+    fn specs_over_their_bounds_are_refused_naming_the_tool() {
+        let spec = |name: &str, description: String, parameters: String| ToolSpec {
+            name: name.into(),
+            description,
+            parameters,
+            effect: crate::types::Effect::ReadOnly,
+        };
+        let huge = spec("big", "x".repeat(64 << 20), "{}".into());
+        let err = check_specs(&[huge]).unwrap_err();
+        assert!(err.contains("\"big\"") && err.contains("description"), "{err}");
+        let wide = spec("wide", String::new(), format!("{{\"enum\":[{}0]}}", "0,".repeat(40_000)));
+        assert!(check_specs(&[wide]).unwrap_err().contains("parameters schema"));
+        let mut deep = json!({});
+        for _ in 0..40 {
+            deep = json!({ "anyOf": [deep] });
+        }
+        assert!(check_schema("deep", &deep).unwrap_err().contains("nests"));
+        let many: Vec<ToolSpec> = (0..200).map(|i| spec(&format!("t{i}"), String::new(), "{}".into())).collect();
+        assert!(check_specs(&many).unwrap_err().contains("200 tools"));
     }
 
     #[test]

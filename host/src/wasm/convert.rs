@@ -142,6 +142,9 @@ pub fn approval_status_out(s: ApprovalStatus) -> wit::ApprovalStatus {
         ApprovalStatus::Approved => wit::ApprovalStatus::Approved,
         ApprovalStatus::Denied => wit::ApprovalStatus::Denied,
         ApprovalStatus::Expired => wit::ApprovalStatus::Expired,
+        // A cancelled run's plugins are never called again; to one that
+        // was, an approval closed by the cancel is as good as denied.
+        ApprovalStatus::Cancelled => wit::ApprovalStatus::Denied,
     }
 }
 

@@ -11,7 +11,7 @@ use crate::types::*;
 use async_trait::async_trait;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Instant;
+use super::deadline::{CallDeadline, Overran};
 use wasmtime::{Store, UpdateDeadline};
 use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 
@@ -28,7 +28,7 @@ fn new_store(
     store.limiter(|s| &mut s.limits);
     store.set_epoch_deadline(1);
     store.epoch_deadline_callback(|ctx| {
-        if Instant::now() >= ctx.data().deadline {
+        if ctx.data().deadline.passed() {
             Ok(UpdateDeadline::Interrupt)
         } else {
             // Let other runs on this thread make progress, then go on.
@@ -53,9 +53,29 @@ fn arm(store: &mut Store<HostState>) -> Result<(), ConsumerError> {
 fn unbudgeted(store: &mut Store<HostState>) -> wasmtime::Result<()> {
     if store.get_fuel().unwrap_or(0) < 1 << 40 {
         store.set_fuel(u64::MAX / 2)?;
-        store.data_mut().deadline = Instant::now() + std::time::Duration::from_secs(1 << 30);
+        store
+            .data()
+            .deadline
+            .set_after(std::time::Duration::from_secs(1 << 30));
     }
     Ok(())
+}
+
+/// Awaits a call into the guest held to its wall-clock deadline, also
+/// while the guest is blocked in a host call (see [`super::deadline`]). A
+/// call dropped there ends as a deadline trap.
+async fn bounded<T>(
+    deadline: Arc<CallDeadline>,
+    call: impl std::future::Future<Output = wasmtime::Result<T>>,
+) -> wasmtime::Result<T> {
+    match super::deadline::bounded(&deadline, call).await {
+        Ok(out) => out,
+        Err(Overran) => Err(wasmtime::Error::from(wasmtime::Trap::Interrupt)),
+    }
+}
+
+fn deadline(store: &Store<HostState>) -> Arc<CallDeadline> {
+    store.data().deadline.clone()
 }
 
 fn trapped(store: &Store<HostState>, e: &wasmtime::Error) -> ConsumerError {
@@ -145,7 +165,9 @@ impl WasmAgent {
             .map_err(|e| ConsumerError::Failed(format!("{}: {e}", plugin.name)))?;
         let specs: Vec<_> = tools.iter().map(convert::tool_spec_out).collect();
         arm(&mut store)?;
-        match init.call(&mut store, config, &specs).await {
+        let init = bounded(deadline(&store), init.call(&mut store, config, &specs)).await;
+        store.data_mut().report_dropped_logs();
+        match init {
             Ok(Ok(())) => {}
             Ok(Err(msg)) => {
                 return Err(ConsumerError::Failed(format!(
@@ -201,7 +223,13 @@ impl Agent for WasmAgent {
         let delta = self.tracker.delta(view);
         self.store.data_mut().step = Some(view.run.step_count.saturating_sub(1));
         arm(&mut self.store)?;
-        let result = match self.decide.call(&mut self.store, delta).await {
+        let called = bounded(
+            deadline(&self.store),
+            self.decide.call(&mut self.store, delta),
+        )
+        .await;
+        self.store.data_mut().report_dropped_logs();
+        let result = match called {
             Ok(Ok(d)) => {
                 let d = convert::decision_in(d);
                 match too_big(&self.store, "the decision", decision_size(&d)) {
@@ -262,7 +290,9 @@ impl WasmPolicy {
             .policy(&mut store, &instance)
             .map_err(|e| ConsumerError::Failed(format!("{}: {e}", plugin.name)))?;
         arm(&mut store)?;
-        let view = match init.call(&mut store, config).await {
+        let init = bounded(deadline(&store), init.call(&mut store, config)).await;
+        store.data_mut().report_dropped_logs();
+        let view = match init {
             Ok(Ok(view)) => view,
             Ok(Err(msg)) => {
                 return Err(ConsumerError::Failed(format!(
@@ -357,16 +387,18 @@ impl Policy for WasmPolicy {
         let delta = self.tracker.delta(view);
         self.store.data_mut().step = Some(view.run.step_count.saturating_sub(1));
         arm(&mut self.store)?;
-        let result = match self
-            .evaluate
-            .call(
+        let called = bounded(
+            deadline(&self.store),
+            self.evaluate.call(
                 &mut self.store,
                 lower::call(call),
                 convert::effect_out(effect),
                 delta,
-            )
-            .await
-        {
+            ),
+        )
+        .await;
+        self.store.data_mut().report_dropped_logs();
+        let result = match called {
             Ok(Ok(v)) => {
                 let v = convert::verdict_in(v);
                 match too_big(&self.store, "the verdict", verdict_size(&v)) {
@@ -414,7 +446,12 @@ impl ToolCaps {
             b.env(k, v);
         }
         if self.network {
-            b.inherit_network().allow_ip_name_lookup(true);
+            // TCP and UDP are off by default in WASI contexts: the grant
+            // turns on each, for any address, with name lookup.
+            b.inherit_network()
+                .allow_tcp(true)
+                .allow_udp(true)
+                .allow_ip_name_lookup(true);
         }
         Ok(b)
     }
@@ -457,10 +494,16 @@ impl WasmTools {
         };
         let (mut store, bindings) = t.instance().await?;
         arm(&mut store)?;
-        let specs = bindings
-            .call_specs(&mut store)
-            .await
-            .map_err(|e| trapped(&store, &e))?;
+        let specs = bounded(deadline(&store), bindings.call_specs(&mut store)).await;
+        store.data_mut().report_dropped_logs();
+        let specs = specs.map_err(|e| trapped(&store, &e))?;
+        let size: usize = specs
+            .iter()
+            .map(|s| s.name.len() + s.description.len() + s.parameters.len())
+            .sum();
+        if let Some(e) = too_big(&store, "the tool specs", size) {
+            return Err(e);
+        }
         t.specs = specs.into_iter().map(convert::tool_spec_in).collect();
         if let Some(slot) = &t.stateful {
             *slot.lock().await = Some((store, bindings));
@@ -484,7 +527,9 @@ impl WasmTools {
             .await
             .map_err(|e| trapped(&store, &e))?;
         arm(&mut store)?;
-        match bindings.call_init(&mut store, &self.config).await {
+        let init = bounded(deadline(&store), bindings.call_init(&mut store, &self.config)).await;
+        store.data_mut().report_dropped_logs();
+        match init {
             Ok(Ok(())) => Ok((store, bindings)),
             Ok(Err(msg)) => Err(ConsumerError::Failed(format!(
                 "{}: init: {msg}",
@@ -508,10 +553,14 @@ impl WasmTools {
             other => ToolError::new(other.to_string()),
         };
         arm(store).map_err(as_tool_error)?;
-        match bindings
-            .call_call(&mut *store, &name.to_string(), &arguments.to_string())
-            .await
-        {
+        let (name, arguments) = (name.to_string(), arguments.to_string());
+        let called = bounded(
+            deadline(store),
+            bindings.call_call(&mut *store, &name, &arguments),
+        )
+        .await;
+        store.data_mut().report_dropped_logs();
+        match called {
             Ok(Ok(out)) => match too_big(store, "the result", out.len()) {
                 Some(e) => Err(as_tool_error(e)),
                 None => Ok(out),

@@ -11,10 +11,12 @@
 pub mod bindings;
 pub mod cache;
 mod convert;
+pub mod deadline;
 mod delta;
 pub mod inspect;
 mod instances;
 pub mod limits;
+mod links;
 mod lower;
 mod state;
 
@@ -222,6 +224,8 @@ impl WasmHost {
         for l in [&mut agent_linker, &mut policy_linker, &mut tool_linker] {
             wasmtime_wasi::p2::add_to_linker_async(l)?;
         }
+        // Only tools are ever granted a directory.
+        links::refuse_escaping_links(&mut tool_linker)?;
         use wasmtime::component::HasSelf;
         bindings::agent::Agent::add_to_linker::<HostState, HasSelf<HostState>>(
             &mut agent_linker,

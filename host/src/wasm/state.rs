@@ -6,7 +6,8 @@ use super::limits::PluginLimits;
 use crate::consumer::{EventSink, LogLine};
 use crate::model::ModelGate;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use super::deadline::CallDeadline;
+use std::time::Duration;
 use wasmtime::component::ResourceTable;
 use wasmtime::{StoreLimits, StoreLimitsBuilder};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
@@ -25,11 +26,10 @@ pub struct HostState {
     /// Where log lines go as run events (none while loading a plugin).
     pub(crate) sink: Option<Arc<EventSink>>,
     pub(crate) model: Option<Arc<ModelGate>>,
-    /// When the current call's wall-clock budget runs out. Pushed back by the
-    /// time spent inside host imports.
-    pub(crate) deadline: Instant,
+    /// When the current call's wall-clock budget runs out; suspended while
+    /// a host import (a model call) works. Shared with [`super::deadline::bounded`].
+    pub(crate) deadline: Arc<CallDeadline>,
     pub(crate) logs_this_call: u32,
-    pub(crate) logs_dropped: u64,
     pub(crate) step: Option<u32>,
 }
 
@@ -54,17 +54,36 @@ impl HostState {
             stderr,
             sink: None,
             model: None,
-            deadline: Instant::now() + Duration::from_millis(limits.deadline_ms),
+            deadline: Arc::new(CallDeadline::new(Duration::from_millis(limits.deadline_ms))),
             logs_this_call: 0,
-            logs_dropped: 0,
             step: None,
         }
     }
 
     /// Re-arms the per-call budgets before a call.
     pub(crate) fn arm(&mut self) {
-        self.deadline = Instant::now() + Duration::from_millis(self.plugin_limits.deadline_ms);
+        self.report_dropped_logs();
+        self.deadline
+            .set_after(Duration::from_millis(self.plugin_limits.deadline_ms));
         self.logs_this_call = 0;
+    }
+
+    /// Reports the log lines the last call sent past its limit, as a
+    /// `plugin.logs_dropped` event with the next transition.
+    pub(crate) fn report_dropped_logs(&mut self) {
+        let limit = self.plugin_limits.log_lines_per_call;
+        if self.logs_this_call <= limit {
+            return;
+        }
+        let dropped = self.logs_this_call - limit;
+        self.logs_this_call = limit; // reported once
+        if let Some(sink) = &self.sink {
+            sink.push(crate::store::NewEvent::new(
+                "plugin.logs_dropped",
+                self.step,
+                serde_json::json!({ "plugin": &*self.plugin, "dropped": dropped, "limit": limit }),
+            ));
+        }
     }
 
     /// What the guest wrote to stderr/stdout, lossily decoded.
@@ -86,10 +105,9 @@ impl wit::Host for HostState {}
 
 impl super::bindings::agent::keel::plugin::log::Host for HostState {
     fn log(&mut self, level: wit::Level, message: String) -> wasmtime::Result<()> {
-        self.logs_this_call += 1;
+        self.logs_this_call = self.logs_this_call.saturating_add(1);
         if self.logs_this_call > self.plugin_limits.log_lines_per_call {
-            self.logs_dropped += 1;
-            return Ok(());
+            return Ok(()); // counted; reported after the call
         }
         let mut message = message;
         if message.len() > self.plugin_limits.log_line_bytes {
@@ -137,11 +155,20 @@ impl super::bindings::agent::keel::plugin::model::Host for HostState {
             )));
         };
         // Time spent waiting for the model is not the guest's.
-        let left = self.deadline.saturating_duration_since(Instant::now());
+        let left = self.deadline.suspend();
         let result = gate
             .complete(&super::convert::model_request_in(request))
             .await;
-        self.deadline = Instant::now() + left;
+        self.deadline.resume(left);
+        // The first refusal is the agent's to handle; calling again after
+        // it is spending what nobody meters, and ends the call.
+        if matches!(result, Err(crate::model::ModelError::LimitExceeded(_)))
+            && gate.refused_calls() > 1
+        {
+            return Err(wasmtime::Error::msg(
+                "the agent called the model again after the run's limit refused it",
+            ));
+        }
         Ok(result
             .map(super::convert::model_response_out)
             .map_err(super::convert::model_error_out))

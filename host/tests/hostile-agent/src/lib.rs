@@ -170,6 +170,27 @@ impl Agent for Hostile {
                 }
                 Ok(Decision::Complete("\"flooded\"".into()))
             }
+            // Blocks in WASI (a monotonic-clock poll), where epoch
+            // interruption cannot reach it.
+            "sleep" => {
+                std::thread::sleep(std::time::Duration::from_secs(30));
+                Ok(Decision::Complete("\"woke up\"".into()))
+            }
+            // Keeps calling the model whatever it answers, refusals included.
+            "model-ignore-refusal" => loop {
+                let req = ModelRequest {
+                    messages: vec![Message {
+                        role: Role::User,
+                        content: "again".into(),
+                        tool_calls: vec![],
+                        tool_call_id: None,
+                    }],
+                    tools: vec![],
+                    max_tokens: None,
+                    temperature: None,
+                };
+                let _ = std::hint::black_box(model::complete(&req));
+            },
             "model-flood" => {
                 for _ in 0..1000 {
                     let req = ModelRequest {

@@ -1,0 +1,239 @@
+//! What the operator sees and types: plugin text escaped in every
+//! human-readable output, listings that page through everything, store
+//! paths that say what is wrong with them, goals from files.
+
+mod common;
+
+use common::wasm::plugin_path;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+fn keel(args: &[&str]) -> Output {
+    common::keel_bin().args(args).output().unwrap()
+}
+
+fn text(o: &Output) -> String {
+    common::output_text(o)
+}
+
+/// The terminal sequences a hostile plugin writes: cursor up, erase line.
+const ESCAPES: &str = "\\u001b[1A\\u001b[2Kgotcha";
+
+/// A config whose scripted agent writes a file (the policy asks for
+/// approval with a reason full of escape sequences), then fails with one.
+fn config(dir: &Path) -> Option<PathBuf> {
+    let agent = plugin_path("agent-scripted-rust.wasm")?;
+    let policy = plugin_path("policy-rules-rust.wasm")?;
+    let fs = plugin_path("tool-fs-rust.wasm")?;
+    let cfg = format!(
+        r#"store = "keel.db"
+[engine]
+cache_dir = "{cache}"
+[agent]
+component = "{agent}"
+config = {{ script = [ {{ call = {{ tool = "fs_write", arguments = {{ path = "a.txt", content = "x" }} }} }}, {{ fail = "{ESCAPES}" }} ] }}
+[policy]
+component = "{policy}"
+config = {{ rules = [ {{ effect = "local-mutation", action = "require-approval", reason = "{ESCAPES}" }} ] }}
+[[tools]]
+component = "{fs}"
+grant = {{ dirs = [{{ host = "work", guest = "/workspace", mode = "rw" }}] }}
+"#,
+        cache = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../target/keel-test-cache")
+            .display(),
+        agent = agent.display(),
+        policy = policy.display(),
+        fs = fs.display(),
+    );
+    let p = dir.join("keel.toml");
+    std::fs::write(&p, cfg).unwrap();
+    Some(p)
+}
+
+fn no_raw_escape(o: &Output, what: &str) {
+    assert!(
+        !o.stdout.contains(&0x1b) && !o.stderr.contains(&0x1b),
+        "{what} printed a raw escape: {}",
+        text(o)
+    );
+}
+
+#[test]
+fn plugin_text_reaches_the_terminal_escaped_and_json_stays_exact() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(cfg) = config(dir.path()) else {
+        return;
+    };
+    let store = dir.path().join("keel.db");
+    let store = store.to_str().unwrap();
+    let o = keel(&["run", "--config", cfg.to_str().unwrap(), "--goal", "x"]);
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    no_raw_escape(&o, "the approval prompt of keel run");
+    assert!(text(&o).contains("\\u{1b}[1A\\u{1b}[2Kgotcha"), "{}", text(&o));
+    let run = keel(&["--store", store, "runs", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+    let id = v[0]["id"].as_str().unwrap().to_string();
+    assert_eq!(keel(&["--store", store, "approve", &id]).status.code(), Some(0));
+    let o = keel(&["--store", store, "resume", &id]);
+    assert_eq!(o.status.code(), Some(4), "the agent fails: {}", text(&o));
+    no_raw_escape(&o, "keel resume");
+    for args in [
+        vec!["show", id.as_str()],
+        vec!["events", id.as_str()],
+        vec!["runs"],
+    ] {
+        let mut all = vec!["--store", store];
+        all.extend(args.iter());
+        let o = keel(&all);
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", text(&o));
+        no_raw_escape(&o, &format!("keel {args:?}"));
+    }
+    let o = keel(&["--store", store, "show", &id, "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        v["run"]["result"].as_str().unwrap(),
+        serde_json::json!({ "error": "\u{1b}[1A\u{1b}[2Kgotcha" }).to_string(),
+        "--json keeps the text exact"
+    );
+}
+
+#[test]
+fn keel_events_lists_every_event_of_a_long_run() {
+    use keel::store::{Expect, NewEvent, Transition};
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("keel.db");
+    let mut s = keel::Store::open(&db, keel::Sync::Full).unwrap();
+    let mut run = keel::Run::new("r", "g", Default::default(), 0);
+    s.create_run(&run, vec![NewEvent::new("run.started", None, serde_json::json!({}))])
+        .unwrap();
+    let mut events: Vec<NewEvent> = (0..1303)
+        .map(|i| NewEvent::new("plugin.log", None, serde_json::json!({ "i": i })))
+        .collect();
+    events.push(NewEvent::new("run.completed", None, serde_json::json!({})));
+    let expect = Expect {
+        status: run.status,
+        owner: None,
+    };
+    run.status = keel::RunStatus::Completed;
+    s.commit(Transition {
+        expect,
+        run,
+        steps: vec![],
+        approvals: vec![],
+        events,
+        model_calls: vec![],
+    })
+    .unwrap();
+    let o = keel(&["--store", db.to_str().unwrap(), "events", "r"]);
+    assert_eq!(o.status.code(), Some(0));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 1305, "every event, not the first 1,000");
+    assert!(lines.last().unwrap().contains("run.completed"));
+    let o = keel(&["--store", db.to_str().unwrap(), "events", "r", "--follow"]);
+    assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), 1305);
+}
+
+#[test]
+fn store_paths_that_cannot_hold_a_store_say_why_and_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    // A directory.
+    for args in [vec!["--store", d, "runs"], vec!["--store", d, "cancel", "r"]] {
+        let o = keel(&args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o));
+        assert!(text(&o).contains("directory"), "{args:?}: {}", text(&o));
+    }
+    let o = keel(&["bench", "fanout", "--runs", "1", "--db", d]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    // No permission (even root may not create files in sysfs).
+    if let Some(cfg) = config(dir.path()) {
+        let o = keel(&["--store", "/sys/keel.db", "run", "--config", cfg.to_str().unwrap(), "--goal", "x"]);
+        assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+        assert!(text(&o).contains("permission denied"), "{}", text(&o));
+    }
+    // No store where one is looked for.
+    let empty = tempfile::tempdir().unwrap();
+    for args in [vec!["resume", "run_x"], vec!["show", "run_x"], vec!["approve", "run_x"]] {
+        let o = common::keel_bin()
+            .args(&args)
+            .current_dir(empty.path())
+            .env_remove("KEEL_STORE")
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o));
+        let t = text(&o);
+        assert!(t.contains("no Keel store at keel.db") && t.contains("--store"), "{t}");
+        assert!(!t.contains("never initialised"), "{t}");
+    }
+}
+
+#[test]
+fn a_store_on_a_read_only_file_system_is_bad_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let ro = dir.path().join("ro");
+    std::fs::create_dir(&ro).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "ro,size=1m", "tmpfs"])
+        .arg(&ro)
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !mounted {
+        assert_ne!(
+            std::env::var("CI").as_deref(),
+            Ok("true"),
+            "CI runs as root and must be able to mount a read-only tmpfs"
+        );
+        eprintln!("skipping: cannot mount a read-only file system here");
+        return;
+    }
+    let db = ro.join("keel.db");
+    let o = keel(&["--store", db.to_str().unwrap(), "cancel", "r"]);
+    // The file does not exist: nothing to cancel, whatever the mount.
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let err = keel::Store::open(&db, keel::Sync::Full).err().unwrap();
+    let _ = std::process::Command::new("umount").arg(&ro).status();
+    assert!(err.to_string().contains("read-only file system"), "{err}");
+    assert!(matches!(err, keel::StoreError::Unusable { .. }));
+}
+
+#[test]
+fn a_goal_comes_from_a_file_or_standard_input_within_its_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(cfg) = config(dir.path()) else {
+        return;
+    };
+    let store = dir.path().join("keel.db");
+    let goal = "a goal\nwith two lines and ünïcode\n";
+    let f = dir.path().join("goal.txt");
+    std::fs::write(&f, goal).unwrap();
+    let o = keel(&["run", "--config", cfg.to_str().unwrap(), "--goal-file", f.to_str().unwrap(), "--json"]);
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    let o = keel(&["--store", store.to_str().unwrap(), "runs", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v[0]["goal"], goal);
+
+    use std::io::Write;
+    let mut child = common::keel_bin()
+        .args(["run", "--config", cfg.to_str().unwrap(), "--goal-file", "-", "--json"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"from stdin").unwrap();
+    assert_eq!(child.wait_with_output().unwrap().status.code(), Some(3));
+    let o = keel(&["--store", store.to_str().unwrap(), "runs", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v[0]["goal"], "from stdin");
+
+    std::fs::write(&f, "x".repeat((1 << 20) + 1)).unwrap();
+    let before = std::fs::read(&store).unwrap();
+    let o = keel(&["run", "--config", cfg.to_str().unwrap(), "--goal-file", f.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("over the limit"), "{}", text(&o));
+    assert_eq!(std::fs::read(&store).unwrap(), before, "nothing was written");
+    let o = keel(&["run", "--config", cfg.to_str().unwrap(), "--goal", "x", "--goal-file", f.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "one goal only: {}", text(&o));
+}
