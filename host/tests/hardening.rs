@@ -232,3 +232,60 @@ async fn the_operator_pins_a_tools_effect_and_requires_approval_whatever_the_pol
     let steps = s.load_steps(&out.run.id).unwrap();
     assert_eq!(steps[0].effect, Some(Effect::Destructive), "recovery trusts the pin");
 }
+
+#[tokio::test]
+async fn an_interrupted_side_effects_approval_altered_after_the_fact_is_refused_by_its_hash() {
+    use keel::store::{Expect, Transition};
+    let (_d, db) = tmpdb();
+    let now = keel::driver::Clock::now_ms(&keel::driver::SystemClock);
+    let mut s = Store::open(&db, keel::Sync::Full).unwrap();
+    let mut run = Run::new("left", "g", Limits::default(), now);
+    run.step_count = 1;
+    s.create_run(&run, vec![]).unwrap();
+    // Left by a crash while a side-effecting tool ran.
+    let step = Step {
+        index: 0,
+        version: 3,
+        state: StepState::Executing,
+        decision: Some(call("write", "{}")),
+        call: Some(ToolCall {
+            tool: "write".into(),
+            arguments: "{}".into(),
+        }),
+        effect: Some(Effect::LocalMutation),
+        verdict: Some(Verdict::Allow),
+        observation: None,
+        started_at: now,
+        updated_at: now,
+    };
+    s.commit(Transition {
+        expect: Expect {
+            status: RunStatus::Running,
+            owner: None,
+        },
+        run: run.clone(),
+        steps: vec![step],
+        approvals: vec![],
+        events: vec![],
+        model_calls: vec![],
+    })
+    .unwrap();
+    let ran = Arc::new(Mutex::new(0));
+    let rt = runtime(&db);
+    let (c, _) = consumers(vec![], vec![counting_tool("write", Effect::LocalMutation, ran.clone())]);
+    let out = rt.resume("left", c).await.unwrap();
+    let a = out.pending.expect("an operator must decide");
+    assert_eq!(a.kind, ApprovalKind::InterruptedSideEffect);
+    s.decide_approval(&a.id, true, "ops", None, now).unwrap();
+    // What the operator was shown is changed after they approved it.
+    s.connection()
+        .execute(
+            "UPDATE approvals SET reason='it certainly did not run' WHERE id=?1",
+            [&a.id],
+        )
+        .unwrap();
+    let (c, _) = consumers(vec![], vec![counting_tool("write", Effect::LocalMutation, ran.clone())]);
+    let err = rt.resume("left", c).await.unwrap_err();
+    assert!(matches!(err, DriverError::Tampered { .. }), "{err}");
+    assert_eq!(*ran.lock().unwrap(), 0, "nothing ran");
+}
