@@ -314,19 +314,6 @@ impl Run {
     }
 }
 
-/// At most `max` bytes of `text` (cut at a character boundary), with `…`
-/// when cut: for quoting plugin-supplied text in an error message.
-pub fn truncate_for_message(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_string();
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &text[..end])
-}
-
 /// Canonical JSON: object keys sorted, no insignificant whitespace. This is
 /// what the store keeps for validated arguments and what approval hashes cover.
 pub fn canonical_json(value: &serde_json::Value) -> String {

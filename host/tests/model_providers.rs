@@ -157,6 +157,11 @@ async fn transient_errors_are_retried_and_every_attempt_is_charged() {
         vec!["error", "ok"]
     );
     assert_eq!(d.tokens, 14);
+    let error = d.records[0].error.as_deref().unwrap();
+    assert!(
+        error.starts_with("transient: the model server answered 503"),
+        "a readable message, not a Debug string: {error}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,7 +6,7 @@
 //! erase a line or fake one. `--json` output is exact (JSON escapes them).
 
 use crate::driver::Outcome;
-use crate::store::{Event, Store};
+use crate::store::{Event, Store, StoredModelCall};
 use crate::types::*;
 use std::borrow::Cow;
 use std::fmt::Write as _;
@@ -129,12 +129,13 @@ pub fn print_run_detail(
     run: &Run,
     steps: &[Step],
     approvals: &[Approval],
+    model_calls: &[StoredModelCall],
     json: bool,
 ) -> anyhow::Result<()> {
     if json {
         println!(
             "{}",
-            serde_json::json!({ "run": run, "steps": steps, "approvals": approvals })
+            serde_json::json!({ "run": run, "steps": steps, "approvals": approvals, "model_calls": model_calls })
         );
         return Ok(());
     }
@@ -182,6 +183,20 @@ pub fn print_run_detail(
             a.step_index,
             a.status.as_str(),
             a.reason
+        );
+    }
+    for m in model_calls {
+        say!(
+            "  model call step {}: {} {} ms, {} + {} tokens{}",
+            m.step_index,
+            m.outcome,
+            m.latency_ms,
+            m.prompt_tokens,
+            m.completion_tokens,
+            m.error
+                .as_deref()
+                .map(|e| format!(": {e}"))
+                .unwrap_or_default()
         );
     }
     Ok(())

@@ -46,7 +46,11 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
             let status = status
                 .map(|s| s.parse::<RunStatus>().map_err(|e| anyhow!("--status: {e}")))
                 .transpose()?;
-            print_runs(&store.list_runs(status, limit)?, &store, json)?;
+            let runs = store.list_runs(status, limit)?;
+            print_runs(&runs, &store, json)?;
+            if !json && limit > 0 && runs.len() == limit as usize {
+                eprintln!("(the newest {limit} runs; --limit N lists more)");
+            }
             Ok(exit::OK)
         }
         Command::Show { run_id, json } => {
@@ -56,6 +60,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
                 &run,
                 &store.load_steps(&run_id)?,
                 &store.load_approvals(&run_id)?,
+                &store.model_calls(&run_id)?,
                 json,
             )?;
             Ok(exit::OK)

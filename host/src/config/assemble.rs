@@ -154,6 +154,17 @@ impl Assembly {
                 set.require_approval(name).map_err(|e| anyhow!(e))?;
             }
         }
+        if speaks_openai(&cfg.model) {
+            for t in set.specs() {
+                if !crate::model::openai_tool_name_ok(&t.name) {
+                    return Err(anyhow!(
+                        "{}: the tool {:?} cannot be offered to an OpenAI-compatible model: its name must match ^[a-zA-Z0-9_-]{{1,64}}$",
+                        cfg.path.display(),
+                        keel_guest::render::cap(&t.name, 80)
+                    ));
+                }
+            }
+        }
         let agent = WasmAgent::new(
             &self.host,
             &self.agent,
@@ -181,6 +192,15 @@ impl Assembly {
             gate,
             sink,
         ))
+    }
+}
+
+/// Whether the run's model calls reach an OpenAI-compatible server.
+fn speaks_openai(m: &ModelConfig) -> bool {
+    match m {
+        ModelConfig::Openai { .. } => true,
+        ModelConfig::Replay { record: Some(up), .. } => speaks_openai(up),
+        _ => false,
     }
 }
 

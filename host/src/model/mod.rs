@@ -21,6 +21,25 @@ use async_trait::async_trait;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+/// A model error as an operator reads it: its kind, then what happened.
+pub fn describe(e: &ModelError) -> String {
+    match e {
+        ModelError::LimitExceeded(m) => format!("limit exceeded: {m}"),
+        ModelError::Transient(m) => format!("transient: {m}"),
+        ModelError::Permanent(m) => format!("permanent: {m}"),
+        ModelError::InvalidRequest(m) => format!("invalid request: {m}"),
+    }
+}
+
+/// The names an OpenAI-compatible server accepts for a tool:
+/// `^[a-zA-Z0-9_-]{1,64}$`.
+pub fn openai_tool_name_ok(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
 /// A source of completions.
 #[async_trait]
 pub trait ModelProvider: Send + Sync {
@@ -173,7 +192,7 @@ impl ModelGate {
                 prompt_tokens: 0,
                 completion_tokens: 0,
                 outcome: "error",
-                error: Some(format!("{e:?}")),
+                error: Some(describe(e)),
                 latency_ms,
             },
         };
@@ -194,6 +213,25 @@ impl ModelGate {
             calls: s.calls,
             tokens: s.tokens,
             limit_hit: s.limit_hit.take(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_read_as_text_and_tool_names_follow_the_openai_rule() {
+        assert_eq!(
+            describe(&ModelError::Transient("the server answered 500".into())),
+            "transient: the server answered 500"
+        );
+        for ok in ["fs_read", "a", "A-b_9", &"x".repeat(64)] {
+            assert!(openai_tool_name_ok(ok), "{ok}");
+        }
+        for bad in ["", "fs.read", "with space", "ünï", &"x".repeat(65)] {
+            assert!(!openai_tool_name_ok(bad), "{bad}");
         }
     }
 }

@@ -115,7 +115,11 @@ impl ModelProvider for OpenAiProvider {
                 snippet(&text)
             ))
         })?;
-        response_from_json(&v)
+        let mut response = response_from_json(&v)?;
+        if v.get("usage").is_none_or(Value::is_null) {
+            response.prompt_tokens = estimate_prompt(request);
+        }
+        Ok(response)
     }
 }
 
@@ -166,14 +170,54 @@ pub fn request_json(r: &ModelRequest, model: Option<&str>) -> Value {
                 json!({ "type": "function", "function": { "name": t.name, "description": t.description, "parameters": params } })
             })
             .collect();
+        // Some servers (llama-cpp-python's function calling) show the model
+        // no tools unless asked to choose; one call per reply is what a
+        // step can hold.
+        body["tool_choice"] = json!("auto");
+        body["parallel_tool_calls"] = json!(false);
     }
     if let Some(n) = r.max_tokens {
         body["max_tokens"] = json!(n);
     }
     if let Some(t) = r.temperature {
-        body["temperature"] = json!(t);
+        body["temperature"] = exact_f32(t);
     }
     body
+}
+
+/// `t` as the JSON number its shortest text says (0.7, not the
+/// 0.699999988079071 that widening the f32 to f64 gives).
+fn exact_f32(t: f32) -> Value {
+    t.to_string()
+        .parse::<f64>()
+        .ok()
+        .and_then(serde_json::Number::from_f64)
+        .map_or(Value::Null, Value::Number)
+}
+
+/// A message's `content`: text, or a list of parts whose text parts are
+/// joined (servers that speak the newer content-parts form); none is "".
+fn content_text(content: Option<&Value>) -> String {
+    match content {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| match p {
+                Value::String(s) => Some(s.as_str()),
+                Value::Object(_) => p.get("text").and_then(Value::as_str),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+            .join(""),
+        _ => String::new(),
+    }
+}
+
+/// Tokens of `text` when a server reports no usage: one per four bytes,
+/// rounded up (about right for English and code with common tokenizers),
+/// so that `max_tokens` still binds.
+pub fn estimate_tokens(text: &str) -> u32 {
+    (text.len().div_ceil(4)).min(u32::MAX as usize) as u32
 }
 
 /// Reads a chat-completions response; anything malformed is a permanent error.
@@ -190,14 +234,11 @@ pub fn response_from_json(v: &Value) -> Result<ModelResponse, ModelError> {
         .and_then(|c| c.get(0))
         .ok_or_else(|| bad("no choices"))?;
     let msg = choice.get("message").ok_or_else(|| bad("no message"))?;
-    let mut content = msg
-        .get("content")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_string();
+    let mut content = content_text(msg.get("content"));
     let refusal = msg.get("refusal").and_then(Value::as_str);
     let mut tool_calls = vec![];
-    if let Some(calls) = msg.get("tool_calls") {
+    // `"tool_calls": null` is how some serializers say "none".
+    if let Some(calls) = msg.get("tool_calls").filter(|c| !c.is_null()) {
         for c in calls
             .as_array()
             .ok_or_else(|| bad("tool_calls is not a list"))?
@@ -245,6 +286,17 @@ pub fn response_from_json(v: &Value) -> Result<ModelResponse, ModelError> {
             .unwrap_or(0)
             .min(u32::MAX as u64) as u32
     };
+    let (mut prompt_tokens, mut completion_tokens) =
+        (tokens("prompt_tokens"), tokens("completion_tokens"));
+    if usage.is_none_or(Value::is_null) {
+        // No usage: charge an estimate, so that the run's token limit binds.
+        completion_tokens = estimate_tokens(&content)
+            + tool_calls
+                .iter()
+                .map(|c| estimate_tokens(&c.name) + estimate_tokens(&c.arguments))
+                .sum::<u32>();
+        prompt_tokens = 0; // estimated by the caller from the request, see `estimate_prompt`
+    }
     Ok(ModelResponse {
         message: Message {
             role: Role::Assistant,
@@ -253,9 +305,31 @@ pub fn response_from_json(v: &Value) -> Result<ModelResponse, ModelError> {
             tool_call_id: None,
         },
         finish_reason,
-        prompt_tokens: tokens("prompt_tokens"),
-        completion_tokens: tokens("completion_tokens"),
+        prompt_tokens,
+        completion_tokens,
     })
+}
+
+/// Estimated prompt tokens of a request (its messages and tool specs),
+/// charged when the server reports no usage.
+pub fn estimate_prompt(r: &ModelRequest) -> u32 {
+    let messages: u32 = r
+        .messages
+        .iter()
+        .map(|m| {
+            estimate_tokens(&m.content)
+                + m.tool_calls
+                    .iter()
+                    .map(|c| estimate_tokens(&c.arguments) + estimate_tokens(&c.name))
+                    .sum::<u32>()
+        })
+        .sum();
+    let tools: u32 = r
+        .tools
+        .iter()
+        .map(|t| estimate_tokens(&t.name) + estimate_tokens(&t.description) + estimate_tokens(&t.parameters))
+        .sum();
+    messages.saturating_add(tools)
 }
 
 /// A response as chat-completions JSON (what the replay file stores).
@@ -278,4 +352,59 @@ pub fn response_json(r: &ModelResponse) -> Value {
     }
     json!({ "choices": [{ "message": msg, "finish_reason": finish }],
             "usage": { "prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens } })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(temperature: Option<f32>, tools: bool) -> ModelRequest {
+        ModelRequest {
+            messages: vec![Message {
+                role: Role::User,
+                content: "hello there".into(),
+                tool_calls: vec![],
+                tool_call_id: None,
+            }],
+            tools: if tools {
+                vec![keel_guest::ToolSpec {
+                    name: "fs_read".into(),
+                    description: "reads".into(),
+                    parameters: r#"{"type":"object"}"#.into(),
+                    effect: keel_guest::Effect::ReadOnly,
+                }]
+            } else {
+                vec![]
+            },
+            max_tokens: None,
+            temperature,
+        }
+    }
+
+    #[test]
+    fn requests_say_tool_choice_and_keep_the_temperature_exact() {
+        let body = request_json(&request(Some(0.7), true), Some("m"));
+        assert_eq!(body["temperature"].to_string(), "0.7");
+        assert_eq!(body["tool_choice"], "auto");
+        assert_eq!(body["parallel_tool_calls"], false);
+        let plain = request_json(&request(None, false), None);
+        assert!(plain.get("tool_choice").is_none() && plain.get("temperature").is_none());
+        assert_eq!(request_json(&request(Some(1.0), false), None)["temperature"].to_string(), "1.0");
+    }
+
+    #[test]
+    fn null_tool_calls_content_parts_and_missing_usage_are_read_as_servers_send_them() {
+        let v = serde_json::json!({ "choices": [{ "message": { "role": "assistant", "content": "hi", "tool_calls": null }, "finish_reason": "stop" }],
+                                    "usage": { "prompt_tokens": 3, "completion_tokens": 1 } });
+        let r = response_from_json(&v).unwrap();
+        assert!(r.message.tool_calls.is_empty());
+        assert_eq!((r.prompt_tokens, r.completion_tokens), (3, 1));
+        let v = serde_json::json!({ "choices": [{ "message": { "role": "assistant",
+            "content": [{ "type": "text", "text": "part one, " }, { "type": "text", "text": "part two" }] } }] });
+        let r = response_from_json(&v).unwrap();
+        assert_eq!(r.message.content, "part one, part two");
+        assert_eq!(r.completion_tokens, estimate_tokens("part one, part two"), "no usage: estimated");
+        assert!(r.completion_tokens > 0);
+        assert!(estimate_prompt(&request(None, true)) > 0);
+    }
 }

@@ -98,6 +98,22 @@ pub struct ModelCallRecord {
     pub latency_ms: u64,
 }
 
+/// One model call as stored, for operators' reads.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct StoredModelCall {
+    pub step_index: u32,
+    pub provider: String,
+    pub prompt_tokens: u32,
+    pub completion_tokens: u32,
+    /// `ok`, `error` or `refused_limit`.
+    pub outcome: String,
+    /// What went wrong, as text.
+    pub error: Option<String>,
+    pub latency_ms: i64,
+    /// When it was recorded (ms since the epoch).
+    pub at: i64,
+}
+
 /// An event whose data is already JSON text.
 #[derive(Debug, Clone)]
 pub struct EncodedEvent {
@@ -645,6 +661,27 @@ impl Store {
              WHERE seq > ?1 AND (?2 IS NULL OR run_id = ?2) ORDER BY seq LIMIT ?3",
         )?;
         let rows = stmt.query_map(params![after, run_id, limit], read_event)?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    }
+
+    /// A run's model calls (every attempt, refused ones included), in order.
+    pub fn model_calls(&self, run_id: &str) -> Result<Vec<StoredModelCall>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT step_idx, provider, prompt_tokens, completion_tokens, outcome, error, latency_ms, at
+             FROM model_calls WHERE run_id=?1 ORDER BY id",
+        )?;
+        let rows = stmt.query_map([run_id], |r| {
+            Ok(StoredModelCall {
+                step_index: r.get(0)?,
+                provider: r.get(1)?,
+                prompt_tokens: r.get(2)?,
+                completion_tokens: r.get(3)?,
+                outcome: r.get(4)?,
+                error: r.get(5)?,
+                latency_ms: r.get(6)?,
+                at: r.get(7)?,
+            })
+        })?;
         Ok(rows.collect::<Result<Vec<_>, _>>()?)
     }
 

@@ -97,6 +97,16 @@ pub fn interpret(finish: FinishReason, message: keel_guest::Message) -> Decision
     if finish == FinishReason::Length {
         return Decision::Invalid("the reply was cut off at the token limit".into());
     }
+    if message.tool_calls.len() > 1 {
+        // A step holds one call; dropping the others silently would let the
+        // model believe they ran.
+        let names: Vec<&str> = message.tool_calls.iter().map(|c| c.name.as_str()).collect();
+        return Decision::Invalid(format!(
+            "the reply asked for {} tool calls at once ({}); call one tool per reply",
+            names.len(),
+            names.join(", ")
+        ));
+    }
     if let Some(call) = message.tool_calls.into_iter().next() {
         if call.name.is_empty() {
             return Decision::Invalid("a tool call without a tool name".into());
@@ -175,5 +185,17 @@ mod tests {
             interpret(FinishReason::Stop, reply("  ", vec![])),
             Decision::Invalid(_)
         ));
+    }
+
+    #[test]
+    fn several_tool_calls_in_one_reply_are_refused_not_dropped() {
+        let d = interpret(
+            FinishReason::ToolCalls,
+            reply("", vec![("fs_read", "{}"), ("fs_write", "{}")]),
+        );
+        assert!(
+            matches!(&d, Decision::Invalid(e) if e.contains("2 tool calls") && e.contains("fs_write")),
+            "{d:?}"
+        );
     }
 }
