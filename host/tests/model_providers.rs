@@ -13,6 +13,8 @@ use std::time::Duration;
 
 enum Reply {
     Json(u16, String),
+    /// A status, one extra header line, a body.
+    WithHeader(u16, &'static str, String),
     Raw(String),
     Hang(Duration),
 }
@@ -63,15 +65,17 @@ fn server(script: Vec<Reply>) -> Server {
                 .unwrap()
                 .pop_front()
                 .unwrap_or(Reply::Json(500, "{}".into()));
-            let (status, text) = match reply {
-                Reply::Json(s, t) => (s, t),
-                Reply::Raw(t) => (200, t),
+            let (status, header, text) = match reply {
+                Reply::Json(s, t) => (s, "", t),
+                Reply::WithHeader(s, h, t) => (s, h, t),
+                Reply::Raw(t) => (200, "", t),
                 Reply::Hang(d) => {
                     std::thread::sleep(d);
-                    (200, "{}".into())
+                    (200, "", "{}".into())
                 }
             };
-            let _ = write!(conn, "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{text}", text.len());
+            let header = if header.is_empty() { String::new() } else { format!("{header}\r\n") };
+            let _ = write!(conn, "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\n{header}content-length: {}\r\nconnection: close\r\n\r\n{text}", text.len());
         }
     });
     Server { url, bodies }
@@ -97,6 +101,7 @@ fn provider(url: &str, retries: u32, timeout_ms: u64) -> Arc<dyn ModelProvider> 
         api_key: Some("sk-test".into()),
         timeout: Duration::from_millis(timeout_ms),
         max_retries: retries,
+        retry_window: Duration::from_secs(60),
         max_response_bytes: 64 << 10,
     }))
 }
@@ -162,6 +167,43 @@ async fn transient_errors_are_retried_and_every_attempt_is_charged() {
         error.starts_with("transient: the model server answered 503"),
         "a readable message, not a Debug string: {error}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_429_is_retried_after_its_retry_after_and_retries_stop_at_the_window() {
+    let s = server(vec![
+        Reply::WithHeader(429, "retry-after: 2", "{\"error\":\"slow down\"}".into()),
+        Reply::Json(200, answer("ok")),
+    ]);
+    let gate = ModelGate::new(provider(&s.url, 3, 2_000));
+    gate.arm(0, 0, 0, 10, 1_000_000);
+    let started = std::time::Instant::now();
+    let r = gate.complete(&request()).await.unwrap();
+    assert_eq!(r.message.content, "ok");
+    assert!(
+        started.elapsed() >= Duration::from_millis(1900),
+        "the retry waited for Retry-After: {:?}",
+        started.elapsed()
+    );
+    // A window shorter than the server's Retry-After: no retry at all.
+    let s = server(vec![Reply::WithHeader(503, "retry-after: 30", "{}".into())]);
+    let p = Arc::new(OpenAiProvider::new(OpenAiSettings {
+        base_url: s.url.clone(),
+        model: "m".into(),
+        api_key: None,
+        timeout: Duration::from_secs(2),
+        max_retries: 5,
+        retry_window: Duration::from_secs(5),
+        max_response_bytes: 64 << 10,
+    }));
+    let gate = ModelGate::new(p);
+    gate.arm(0, 0, 0, 10, 1_000_000);
+    let e = gate.complete(&request()).await.unwrap_err();
+    assert!(
+        matches!(&e, ModelError::Transient(m) if m.contains("retry window")),
+        "{e:?}"
+    );
+    assert_eq!(gate.drain().calls, 1, "one attempt, no retry past the window");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -218,6 +218,7 @@ fn provider(config: &Config, m: &ModelConfig) -> anyhow::Result<Arc<dyn ModelPro
             api_key_env,
             timeout_ms,
             max_retries,
+            retry_window_ms,
             max_response_bytes,
         } => {
             let api_key = match api_key_env {
@@ -235,6 +236,7 @@ fn provider(config: &Config, m: &ModelConfig) -> anyhow::Result<Arc<dyn ModelPro
                 api_key,
                 timeout: Duration::from_millis(*timeout_ms),
                 max_retries: *max_retries,
+                retry_window: Duration::from_millis(*retry_window_ms),
                 max_response_bytes: *max_response_bytes,
             }))
         }

@@ -75,10 +75,16 @@ pub enum ModelConfig {
         /// The name of the environment variable holding the API key; the key
         /// itself is never written to the config or the store.
         api_key_env: Option<String>,
+        /// How long one attempt may take.
         #[serde(default = "default_timeout")]
         timeout_ms: u64,
+        /// Retries of a transient error (refused connection, timeout, 429,
+        /// 5xx) after the first attempt, at most.
         #[serde(default = "default_retries")]
         max_retries: u32,
+        /// No retry starts later than this after the first attempt.
+        #[serde(default = "default_retry_window")]
+        retry_window_ms: u64,
         #[serde(default = "default_max_response")]
         max_response_bytes: usize,
     },
@@ -99,7 +105,10 @@ fn default_timeout() -> u64 {
     60_000
 }
 fn default_retries() -> u32 {
-    2
+    6
+}
+fn default_retry_window() -> u64 {
+    120_000
 }
 fn default_max_response() -> usize {
     4 << 20

@@ -19,7 +19,7 @@ pub use stub::StubProvider;
 use crate::store::ModelCallRecord;
 use async_trait::async_trait;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// A model error as an operator reads it: its kind, then what happened.
 pub fn describe(e: &ModelError) -> String {
@@ -40,17 +40,86 @@ pub fn openai_tool_name_ok(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
+/// How the gate retries a provider's transient errors (refused or reset
+/// connections, timeouts, 429, 5xx). Each attempt is counted and charged
+/// as a call.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RetryPolicy {
+    /// Retries after the first attempt, at most.
+    pub max_retries: u32,
+    /// No retry starts later than this after the first attempt started.
+    pub window: Duration,
+    /// The first wait; each later one doubles, up to `cap`, and is drawn at
+    /// random from its upper half (jitter, so that many runs do not retry
+    /// in step).
+    pub base: Duration,
+    pub cap: Duration,
+    /// The least wait after a timed-out attempt: the server may still be
+    /// working on the abandoned request (a single-slot server queues the
+    /// retry behind it).
+    pub after_timeout: Duration,
+}
+
+impl RetryPolicy {
+    /// No retries.
+    pub const NONE: RetryPolicy = RetryPolicy {
+        max_retries: 0,
+        window: Duration::ZERO,
+        base: Duration::ZERO,
+        cap: Duration::ZERO,
+        after_timeout: Duration::ZERO,
+    };
+
+    /// The wait before retry `n` (0 for the first), given what the last
+    /// attempt said: a server's `Retry-After`, or a timeout.
+    pub fn delay(&self, n: u32, retry_after: Option<Duration>, timed_out: bool) -> Duration {
+        let full = self.base.saturating_mul(1u32 << n.min(20)).min(self.cap);
+        let half = full / 2;
+        let spread = (full - half).as_nanos() as u64;
+        let jitter = match spread {
+            0 => 0,
+            s => getrandom::u64().unwrap_or(0) % s,
+        };
+        let mut wait = half + Duration::from_nanos(jitter);
+        if timed_out {
+            wait = wait.max(self.after_timeout);
+        }
+        if let Some(ra) = retry_after {
+            wait = wait.max(ra);
+        }
+        wait
+    }
+}
+
+/// One attempt's result, with what the server said about trying again.
+#[derive(Debug)]
+pub struct Attempt {
+    pub result: Result<ModelResponse, ModelError>,
+    /// The server's `Retry-After`, when it sent one.
+    pub retry_after: Option<Duration>,
+    /// The attempt ran out of time waiting for the server.
+    pub timed_out: bool,
+}
+
 /// A source of completions.
 #[async_trait]
 pub trait ModelProvider: Send + Sync {
     /// Short name stored with each call (`stub`, `openai`, `replay`).
     fn name(&self) -> &str;
-    /// How often the gate retries a transient error (each attempt is
-    /// counted and charged as a call).
-    fn max_retries(&self) -> u32 {
-        0
+    /// How the gate retries this provider's transient errors.
+    fn retry_policy(&self) -> RetryPolicy {
+        RetryPolicy::NONE
     }
     async fn complete(&self, request: &ModelRequest) -> Result<ModelResponse, ModelError>;
+    /// [`ModelProvider::complete`] with the server's retry hints; providers
+    /// that have any override it.
+    async fn attempt(&self, request: &ModelRequest) -> Attempt {
+        Attempt {
+            result: self.complete(request).await,
+            retry_after: None,
+            timed_out: false,
+        }
+    }
 }
 
 /// The run's model accounting.
@@ -115,24 +184,40 @@ impl ModelGate {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// One completion, retried on transient errors as the provider allows;
-    /// every attempt counts against the run's limits and is recorded.
+    /// One completion, retried on transient errors as the provider's
+    /// [`RetryPolicy`] allows (exponential backoff with jitter, the
+    /// server's `Retry-After` honoured, a pause after a timeout, within
+    /// the policy's window); every attempt counts against the run's limits
+    /// and is recorded.
     pub async fn complete(&self, request: &ModelRequest) -> Result<ModelResponse, ModelError> {
-        let mut attempt = 0;
+        let policy = self.provider.retry_policy();
+        let started = Instant::now();
+        let mut retries = 0;
         loop {
-            match self.attempt(request).await {
-                Err(ModelError::Transient(e)) if attempt < self.provider.max_retries() => {
-                    attempt += 1;
-                    tracing::warn!("model call failed ({e}); retry {attempt}");
-                    tokio::time::sleep(std::time::Duration::from_millis(100 << attempt.min(6)))
-                        .await;
-                }
+            let (result, retry_after, timed_out) = self.attempt(request).await;
+            let e = match result {
+                Err(ModelError::Transient(e)) if retries < policy.max_retries => e,
                 other => return other,
+            };
+            let wait = policy.delay(retries, retry_after, timed_out);
+            if started.elapsed() + wait > policy.window {
+                return Err(ModelError::Transient(format!(
+                    "{e} (gave up after {} attempts in {} ms: the next would start past the retry window of {} ms)",
+                    retries + 1,
+                    started.elapsed().as_millis(),
+                    policy.window.as_millis()
+                )));
             }
+            retries += 1;
+            tracing::warn!("model call failed ({e}); retry {retries} in {wait:?}");
+            tokio::time::sleep(wait).await;
         }
     }
 
-    async fn attempt(&self, request: &ModelRequest) -> Result<ModelResponse, ModelError> {
+    async fn attempt(
+        &self,
+        request: &ModelRequest,
+    ) -> (Result<ModelResponse, ModelError>, Option<Duration>, bool) {
         {
             let mut s = self.lock();
             let refused = if s.calls >= s.max_calls {
@@ -152,7 +237,7 @@ impl ModelGate {
                 s.limit_hit = Some(reason.to_string());
                 s.refused += 1;
                 if s.refused > 1 {
-                    return Err(ModelError::LimitExceeded(msg));
+                    return (Err(ModelError::LimitExceeded(msg)), None, false);
                 }
                 let step = s.step;
                 s.pending.push(ModelCallRecord {
@@ -164,12 +249,16 @@ impl ModelGate {
                     error: Some(msg.clone()),
                     latency_ms: 0,
                 });
-                return Err(ModelError::LimitExceeded(msg));
+                return (Err(ModelError::LimitExceeded(msg)), None, false);
             }
             s.calls += 1;
         }
         let started = Instant::now();
-        let result = self.provider.complete(request).await;
+        let Attempt {
+            result,
+            retry_after,
+            timed_out,
+        } = self.provider.attempt(request).await;
         let latency_ms = started.elapsed().as_millis() as u64;
         let mut s = self.lock();
         let step = s.step;
@@ -197,7 +286,7 @@ impl ModelGate {
             },
         };
         s.pending.push(record);
-        result
+        (result, retry_after, timed_out)
     }
 
     /// Takes (and clears) the limit the last calls ran into, if any.
@@ -220,6 +309,25 @@ impl ModelGate {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn retry_waits_grow_with_jitter_and_honour_retry_after_and_timeouts() {
+        let p = RetryPolicy {
+            max_retries: 10,
+            window: Duration::from_secs(60),
+            base: Duration::from_millis(100),
+            cap: Duration::from_secs(2),
+            after_timeout: Duration::from_secs(1),
+        };
+        for n in 0..8 {
+            let full = Duration::from_millis(100 << n).min(Duration::from_secs(2));
+            let d = p.delay(n, None, false);
+            assert!(d >= full / 2 && d <= full, "retry {n}: {d:?}");
+        }
+        assert!(p.delay(0, Some(Duration::from_secs(3)), false) >= Duration::from_secs(3));
+        assert!(p.delay(0, None, true) >= Duration::from_secs(1));
+        assert_eq!(RetryPolicy::NONE.delay(3, None, false), Duration::ZERO);
+    }
 
     #[test]
     fn errors_read_as_text_and_tool_names_follow_the_openai_rule() {

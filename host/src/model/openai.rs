@@ -15,8 +15,12 @@ pub struct OpenAiSettings {
     pub model: String,
     /// The API key, read from the environment by the caller (never stored).
     pub api_key: Option<String>,
+    /// How long one attempt may take.
     pub timeout: Duration,
+    /// Retries of a transient error after the first attempt, at most.
     pub max_retries: u32,
+    /// No retry starts later than this after the first attempt.
+    pub retry_window: Duration,
     pub max_response_bytes: usize,
 }
 
@@ -42,11 +46,48 @@ impl ModelProvider for OpenAiProvider {
         "openai"
     }
 
-    fn max_retries(&self) -> u32 {
-        self.settings.max_retries
+    fn retry_policy(&self) -> RetryPolicy {
+        RetryPolicy {
+            max_retries: self.settings.max_retries,
+            window: self.settings.retry_window,
+            base: Duration::from_millis(500),
+            cap: Duration::from_secs(30),
+            // Let a server that is still working on the abandoned request
+            // finish it before the retry queues behind it.
+            after_timeout: self.settings.timeout.min(Duration::from_secs(30)),
+        }
     }
 
     async fn complete(&self, request: &ModelRequest) -> Result<ModelResponse, ModelError> {
+        self.attempt(request).await.result
+    }
+
+    async fn attempt(&self, request: &ModelRequest) -> Attempt {
+        let hints = std::sync::Arc::new(std::sync::Mutex::new((None, false)));
+        let result = self.call(request, hints.clone()).await;
+        let (retry_after, timed_out) = *hints.lock().unwrap_or_else(|p| p.into_inner());
+        Attempt {
+            result,
+            retry_after,
+            timed_out,
+        }
+    }
+}
+
+/// A `Retry-After` header in seconds (the HTTP-date form is not used by
+/// model servers and is ignored), at most an hour.
+fn retry_after(headers: &ureq::http::HeaderMap) -> Option<Duration> {
+    let secs: f64 = headers.get("retry-after")?.to_str().ok()?.trim().parse().ok()?;
+    (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs.min(3600.0)))
+}
+
+impl OpenAiProvider {
+    /// One request; what the server said about retrying goes to `hints`.
+    async fn call(
+        &self,
+        request: &ModelRequest,
+        hints: std::sync::Arc<std::sync::Mutex<(Option<Duration>, bool)>>,
+    ) -> Result<ModelResponse, ModelError> {
         let body = request_json(request, Some(&self.settings.model));
         let url = format!(
             "{}/chat/completions",
@@ -62,8 +103,10 @@ impl ModelProvider for OpenAiProvider {
             if let Some(k) = &key {
                 req = req.header("authorization", &format!("Bearer {k}"));
             }
+            let timed_out = || hints.lock().unwrap_or_else(|p| p.into_inner()).1 = true;
             let mut resp = req.send(body.to_string()).map_err(|e| match e {
                 ureq::Error::Timeout(_) => {
+                    timed_out();
                     ModelError::Transient("the model server did not answer in time".into())
                 }
                 ureq::Error::Io(e) => {
@@ -75,6 +118,7 @@ impl ModelProvider for OpenAiProvider {
                 other => ModelError::Permanent(format!("model request failed: {other}")),
             })?;
             let status = resp.status().as_u16();
+            hints.lock().unwrap_or_else(|p| p.into_inner()).0 = retry_after(resp.headers());
             let text = resp
                 .body_mut()
                 .with_config()
@@ -85,6 +129,7 @@ impl ModelProvider for OpenAiProvider {
                         "the model's response is larger than {max} bytes"
                     )),
                     ureq::Error::Timeout(_) => {
+                        timed_out();
                         ModelError::Transient("the model server stalled while answering".into())
                     }
                     other => {
