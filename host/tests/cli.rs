@@ -269,3 +269,53 @@ fn events_follow_streams_until_the_run_ends() {
         "it followed to the end and stopped"
     );
 }
+
+#[test]
+fn plugin_inspect_names_exactly_the_worlds_check_accepts() {
+    let dir = common::wasm::plugins_dir();
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        assert_ne!(std::env::var("CI").as_deref(), Ok("true"), "no {}", dir.display());
+        return;
+    };
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        // Rust and C components compile in a fraction of a second; Python
+        // and JavaScript ones take seconds each without a cache.
+        .filter(|p| p.to_string_lossy().ends_with("-rust.wasm") || p.to_string_lossy().ends_with("-c.wasm"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 7, "{files:?}");
+    for f in &files {
+        let f = f.to_str().unwrap();
+        let o = keel(&["plugin", "inspect", f, "--json"]);
+        assert_eq!(o.status.code(), Some(0), "{f}: {}", text(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let said: Vec<String> = v["worlds"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|w| w.as_str().unwrap().to_string())
+            .collect();
+        let accepted: Vec<String> = ["agent", "policy", "tool"]
+            .into_iter()
+            .filter(|w| keel(&["plugin", "check", f, "--world", w]).status.code() == Some(0))
+            .map(String::from)
+            .collect();
+        assert_eq!(said, accepted, "{f}");
+        assert_eq!(said.len(), 1, "{f} fits one world");
+    }
+    // A core module gets the same advice from inspect, check and compile.
+    let tmp = tempfile::tempdir().unwrap();
+    let core = tmp.path().join("core.wasm");
+    std::fs::write(&core, wat::parse_str("(module)").unwrap()).unwrap();
+    let core = core.to_str().unwrap();
+    for args in [
+        vec!["plugin", "inspect", core],
+        vec!["plugin", "check", core, "--world", "agent"],
+        vec!["plugin", "compile", core, "--cache-dir", tmp.path().join("c").to_str().unwrap()],
+    ] {
+        let o = keel(&args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o));
+        assert!(text(&o).contains("core wasm module; turn it into a component"), "{args:?}: {}", text(&o));
+    }
+}

@@ -63,6 +63,24 @@ fn a_core_module_or_garbage_is_not_a_component() {
 }
 
 #[test]
+fn an_unprovided_wasi_interface_or_another_keel_version_is_named_as_such() {
+    let h = host();
+    for (import, says) in [
+        ("wasi:http/outgoing-handler@0.2.0", "a WASI 0.2 interface this host does not provide"),
+        ("keel:plugin/log@0.2.0", "this host provides keel:plugin@0.1.0"),
+    ] {
+        let wat = format!("(component (import \"{import}\" (instance)))");
+        let bytes = wat::parse_str(&wat).unwrap();
+        let e = h
+            .load_bytes("c.wasm", &bytes, World::Policy, None)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains(says), "{import}: {e}");
+    }
+}
+
+#[test]
 fn a_component_importing_outside_its_world_is_refused() {
     let h = host();
     let wat = r#"(component

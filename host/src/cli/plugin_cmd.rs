@@ -66,12 +66,16 @@ pub async fn run(cmd: PluginCommand) -> anyhow::Result<i32> {
                 pooling: false,
                 ..EngineOptions::default()
             })?;
-            if !wasmparser::Parser::is_component(&bytes) {
-                return Err(anyhow!("{}: not a WebAssembly component", file.display()));
-            }
+            crate::wasm::require_component(&file.display().to_string(), &bytes)?;
             let component = wasmtime::component::Component::new(host.engine(), &bytes)
                 .map_err(|e| anyhow!("{}: cannot compile: {e:#}", file.display()))?;
-            let world = inspect::guess_world(host.engine(), &component);
+            // Exactly what `check` and `run` accept, world by world.
+            let fits: Vec<(World, Result<(), String>)> = [World::Agent, World::Policy, World::Tool]
+                .into_iter()
+                .map(|w| (w, host.fits(&component, w)))
+                .collect();
+            let worlds: Vec<World> = fits.iter().filter(|(_, r)| r.is_ok()).map(|(w, _)| *w).collect();
+            let world = worlds.first().copied();
             let imports = inspect::imports(host.engine(), &component);
             let exports = inspect::exports(host.engine(), &component);
             let sha = cache::sha256_hex(&bytes);
@@ -79,17 +83,23 @@ pub async fn run(cmd: PluginCommand) -> anyhow::Result<i32> {
             if json {
                 println!(
                     "{}",
-                    serde_json::json!({ "file": file, "world": world, "size": bytes.len(), "sha256": sha,
-                        "language": lang, "imports": imports, "exports": exports })
+                    serde_json::json!({ "file": file, "world": world, "worlds": worlds, "size": bytes.len(), "sha256": sha,
+                        "language": lang, "imports": imports, "exports": exports,
+                        "refusals": fits.iter().filter_map(|(w, r)| r.as_ref().err().map(|e| (w.as_str(), e))).collect::<std::collections::BTreeMap<_, _>>() })
                 );
             } else {
                 println!("file:     {}", file.display());
-                println!(
-                    "world:    {}",
-                    world
-                        .map(|w| w.as_str())
-                        .unwrap_or("none (exports fit no keel world)")
-                );
+                match world {
+                    Some(w) => println!("world:    {w}"),
+                    None => {
+                        println!("world:    none (`keel plugin check` refuses it for every world)");
+                        for (w, r) in &fits {
+                            if let Err(e) = r {
+                                println!("  as {w}: {}", super::output::safe(e));
+                            }
+                        }
+                    }
+                }
                 println!("language: {lang}");
                 println!("size:     {} bytes", bytes.len());
                 println!("sha256:   {sha}");
@@ -120,6 +130,7 @@ pub async fn run(cmd: PluginCommand) -> anyhow::Result<i32> {
             for f in files {
                 let bytes =
                     std::fs::read(&f).with_context(|| format!("reading {}", f.display()))?;
+                crate::wasm::require_component(&f.display().to_string(), &bytes)?;
                 let sha = cache::sha256_hex(&bytes);
                 eprintln!("compiling {} ({} KiB)…", f.display(), bytes.len() / 1024);
                 let started = std::time::Instant::now();

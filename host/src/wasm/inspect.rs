@@ -62,18 +62,43 @@ pub fn guess_world(engine: &Engine, component: &Component) -> Option<World> {
         .find(|w| world_exports(*w).iter().all(|e| ex.iter().any(|x| x == e)))
 }
 
+/// The version of `keel:plugin` this host provides.
+pub const KEEL_PLUGIN_VERSION: &str = "0.1.0";
+
 /// Refuses imports outside the world: a keel interface the world does not
-/// have, or anything that is neither keel nor WASI 0.2.
+/// have or of another version, a WASI 0.2 interface the host does not
+/// provide, or anything that is neither keel nor WASI 0.2.
 pub fn check_imports(engine: &Engine, component: &Component, world: World) -> Result<(), String> {
     let allowed = keel_imports(world);
     for name in imports(engine, component) {
-        if name.starts_with("keel:") {
+        if let Some(rest) = name.strip_prefix("keel:plugin/") {
+            let version = rest.split_once('@').map(|(_, v)| v).unwrap_or("");
+            if version != KEEL_PLUGIN_VERSION {
+                return Err(format!(
+                    "imports {name}, built against keel:plugin@{version}, but this host provides keel:plugin@{KEEL_PLUGIN_VERSION}; rebuild it against this host's wit/"
+                ));
+            }
             if !allowed.contains(&name.as_str()) {
                 return Err(format!(
                     "imports {name}, which the {world} world does not provide"
                 ));
             }
-        } else if !(WASI_PACKAGES.iter().any(|p| name.starts_with(p)) && name.contains("@0.2.")) {
+        } else if name.starts_with("keel:") {
+            return Err(format!(
+                "imports {name}, which is not a keel:plugin@{KEEL_PLUGIN_VERSION} interface"
+            ));
+        } else if name.starts_with("wasi:") && name.contains("@0.2.") {
+            if !WASI_PACKAGES.iter().any(|p| name.starts_with(p)) {
+                return Err(format!(
+                    "imports {name}, a WASI 0.2 interface this host does not provide (it provides {})",
+                    WASI_PACKAGES
+                        .iter()
+                        .map(|p| p.trim_end_matches('/'))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+            }
+        } else {
             return Err(format!(
                 "imports {name}, which is neither a keel:plugin interface nor WASI 0.2"
             ));

@@ -145,6 +145,24 @@ pub(crate) enum PluginPre {
     Tool(bindings::tool::ToolPre<HostState>),
 }
 
+/// Refuses what is not a component, with the same words wherever a file is
+/// read (`run`, `plugin inspect`, `check`, `compile`): a core module is told
+/// how to become a component.
+pub fn require_component(name: &str, bytes: &[u8]) -> Result<(), PluginError> {
+    if wasmparser::Parser::is_component(bytes) {
+        return Ok(());
+    }
+    let detail = if wasmparser::Parser::is_core_wasm(bytes) {
+        "it is a core wasm module; turn it into a component (wasm-tools component new, or build for wasm32-wasip2)".to_string()
+    } else {
+        "no component header".to_string()
+    };
+    Err(PluginError::NotAComponent {
+        path: name.into(),
+        detail,
+    })
+}
+
 /// The process's wasm engine and everything that goes with it.
 pub struct WasmHost {
     engine: Engine,
@@ -303,17 +321,7 @@ impl WasmHost {
                 });
             }
         }
-        if !wasmparser::Parser::is_component(bytes) {
-            let detail = if wasmparser::Parser::is_core_wasm(bytes) {
-                "it is a core wasm module; turn it into a component (wasm-tools component new, or build for wasm32-wasip2)".to_string()
-            } else {
-                "no component header".to_string()
-            };
-            return Err(PluginError::NotAComponent {
-                path: name.into(),
-                detail,
-            });
-        }
+        require_component(name, bytes)?;
         let (component, outcome) =
             cache::load_or_compile(&self.engine, self.opts.cache_dir.as_deref(), &sha256, bytes)
                 .map_err(|e| PluginError::NotAComponent {
@@ -349,6 +357,17 @@ impl WasmHost {
             pre,
             exports,
         }))
+    }
+
+    /// Whether `component` fits `world`: exactly the checks [`WasmHost::load`]
+    /// makes (imports, exports and their types), or why not.
+    pub fn fits(&self, component: &Component, world: World) -> Result<(), String> {
+        self.prepare(component, world)?;
+        if world != World::Tool {
+            let main = if world == World::Agent { "decide" } else { "evaluate" };
+            lower::Exports::find(component, main)?;
+        }
+        Ok(())
     }
 
     fn prepare(&self, component: &Component, world: World) -> Result<PluginPre, String> {
