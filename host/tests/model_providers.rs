@@ -103,6 +103,7 @@ fn provider(url: &str, retries: u32, timeout_ms: u64) -> Arc<dyn ModelProvider> 
         max_retries: retries,
         retry_window: Duration::from_secs(60),
         max_response_bytes: 64 << 10,
+        profile: Default::default(),
     }))
 }
 
@@ -195,6 +196,7 @@ async fn a_429_is_retried_after_its_retry_after_and_retries_stop_at_the_window()
         max_retries: 5,
         retry_window: Duration::from_secs(5),
         max_response_bytes: 64 << 10,
+        profile: Default::default(),
     }));
     let gate = ModelGate::new(p);
     gate.arm(0, 0, 0, 10, 1_000_000);

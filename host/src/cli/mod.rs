@@ -193,7 +193,7 @@ pub fn main() -> i32 {
         Ok(code) => code,
         Err(e) => {
             // An error may quote what a plugin or a model wrote.
-            eprintln!("error: {}", output::safe(&format!("{e:#}")));
+            eprintln!("error: {}", output::safe_lines(&format!("{e:#}")));
             classify(&e)
         }
     }

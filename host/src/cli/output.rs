@@ -33,6 +33,12 @@ pub fn safe(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// [`safe`] line by line: keeps the line breaks of a multi-line message
+/// (a config's parse error points at its line with a caret below it).
+pub fn safe_lines(text: &str) -> String {
+    text.split('\n').map(safe).collect::<Vec<_>>().join("\n")
+}
+
 fn needs_escape(c: char) -> bool {
     c.is_control()
         || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
@@ -204,7 +210,7 @@ pub fn print_run_detail(
 
 #[cfg(test)]
 mod tests {
-    use super::safe;
+    use super::{safe, safe_lines};
 
     #[test]
     fn control_characters_and_bidi_overrides_are_made_visible() {
@@ -215,5 +221,6 @@ mod tests {
         );
         assert_eq!(safe("x\ny\r\u{7f}\u{9b}"), "x\\ny\\r\\u{7f}\\u{9b}");
         assert_eq!(safe("\u{202e}evil"), "\\u{202e}evil");
+        assert_eq!(safe_lines("a\n\u{1b}[2K b"), "a\n\\u{1b}[2K b");
     }
 }

@@ -220,6 +220,7 @@ fn provider(config: &Config, m: &ModelConfig) -> anyhow::Result<Arc<dyn ModelPro
             max_retries,
             retry_window_ms,
             max_response_bytes,
+            profile,
         } => {
             let api_key = match api_key_env {
                 None => None,
@@ -237,6 +238,7 @@ fn provider(config: &Config, m: &ModelConfig) -> anyhow::Result<Arc<dyn ModelPro
                 timeout: Duration::from_millis(*timeout_ms),
                 max_retries: *max_retries,
                 retry_window: Duration::from_millis(*retry_window_ms),
+                profile: *profile,
                 max_response_bytes: *max_response_bytes,
             }))
         }

@@ -85,6 +85,9 @@ pub enum ModelConfig {
         /// No retry starts later than this after the first attempt.
         #[serde(default = "default_retry_window")]
         retry_window_ms: u64,
+        /// A stricter server's rules: `max_tokens_field`, `tool_call_ids`.
+        #[serde(default)]
+        profile: crate::model::openai::Profile,
         #[serde(default = "default_max_response")]
         max_response_bytes: usize,
     },
@@ -292,6 +295,38 @@ grant = { dirs = [{ host = "w", guest = "/workspace", mode = "rw" }] }
         assert_eq!(c.store_path(), PathBuf::from("/etc/keel/k.db"));
         assert_eq!(c.tools[0].grant.dirs[0].mode, DirMode::Rw);
         assert!(matches!(c.model, ModelConfig::Stub { .. }));
+    }
+
+    #[test]
+    fn an_openai_model_takes_its_retry_window_and_profile() {
+        let text = OK.replace(
+            "store = \"k.db\"",
+            "store = \"k.db\"\n[model]\nprovider = \"openai\"\nbase_url = \"http://127.0.0.1:1/v1\"\nmodel = \"m\"\nretry_window_ms = 5000\nprofile = { max_tokens_field = \"max_completion_tokens\", tool_call_ids = \"alphanumeric9\" }",
+        );
+        let c = Config::parse(&text, Path::new("x.toml")).unwrap();
+        let ModelConfig::Openai {
+            retry_window_ms,
+            max_retries,
+            profile,
+            ..
+        } = c.model
+        else {
+            panic!("{:?}", c.model)
+        };
+        assert_eq!((retry_window_ms, max_retries), (5000, 6));
+        assert_eq!(
+            profile.max_tokens_field,
+            crate::model::openai::MaxTokensField::MaxCompletionTokens
+        );
+        assert_eq!(
+            profile.tool_call_ids,
+            crate::model::openai::ToolCallIds::Alphanumeric9
+        );
+        let bad = text.replace("alphanumeric9", "uuid");
+        assert!(Config::parse(&bad, Path::new("x.toml"))
+            .unwrap_err()
+            .to_string()
+            .contains("unknown variant `uuid`"));
     }
 
     #[test]

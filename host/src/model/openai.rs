@@ -22,6 +22,49 @@ pub struct OpenAiSettings {
     /// No retry starts later than this after the first attempt.
     pub retry_window: Duration,
     pub max_response_bytes: usize,
+    /// What this server's stricter rules need.
+    pub profile: Profile,
+}
+
+/// A server's stricter rules, set per provider in the config.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Profile {
+    /// The field that carries the reply's token cap.
+    pub max_tokens_field: MaxTokensField,
+    /// How tool-call ids are sent.
+    pub tool_call_ids: ToolCallIds,
+}
+
+/// `max_tokens` (most servers) or `max_completion_tokens` (reasoning models).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MaxTokensField {
+    #[default]
+    MaxTokens,
+    MaxCompletionTokens,
+}
+
+/// Tool-call ids as the agent made them, or rewritten to nine letters and
+/// digits (servers that accept nothing else); the same id always becomes
+/// the same nine characters, so a call and its result still pair.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolCallIds {
+    #[default]
+    AsIs,
+    Alphanumeric9,
+}
+
+/// `id` as nine letters and digits, derived from its sha256.
+pub fn alphanumeric9(id: &str) -> String {
+    use sha2::{Digest, Sha256};
+    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    Sha256::digest(id.as_bytes())
+        .iter()
+        .take(9)
+        .map(|b| ALPHABET[*b as usize % ALPHABET.len()] as char)
+        .collect()
 }
 
 pub struct OpenAiProvider {
@@ -88,7 +131,7 @@ impl OpenAiProvider {
         request: &ModelRequest,
         hints: std::sync::Arc<std::sync::Mutex<(Option<Duration>, bool)>>,
     ) -> Result<ModelResponse, ModelError> {
-        let body = request_json(request, Some(&self.settings.model));
+        let body = request_json_for(request, Some(&self.settings.model), self.settings.profile);
         let url = format!(
             "{}/chat/completions",
             self.settings.base_url.trim_end_matches('/')
@@ -184,6 +227,15 @@ fn role_name(r: Role) -> &'static str {
 /// The chat-completions request body. Without `model`, the canonical form
 /// the replay provider keys on.
 pub fn request_json(r: &ModelRequest, model: Option<&str>) -> Value {
+    request_json_for(r, model, Profile::default())
+}
+
+/// [`request_json`] for a server with `profile`'s rules.
+pub fn request_json_for(r: &ModelRequest, model: Option<&str>, profile: Profile) -> Value {
+    let id = |id: &str| match profile.tool_call_ids {
+        ToolCallIds::AsIs => id.to_string(),
+        ToolCallIds::Alphanumeric9 => alphanumeric9(id),
+    };
     let messages: Vec<Value> = r
         .messages
         .iter()
@@ -193,11 +245,11 @@ pub fn request_json(r: &ModelRequest, model: Option<&str>) -> Value {
                 o["tool_calls"] = m
                     .tool_calls
                     .iter()
-                    .map(|c| json!({ "id": c.id, "type": "function", "function": { "name": c.name, "arguments": c.arguments } }))
+                    .map(|c| json!({ "id": id(&c.id), "type": "function", "function": { "name": c.name, "arguments": c.arguments } }))
                     .collect();
             }
-            if let Some(id) = &m.tool_call_id {
-                o["tool_call_id"] = json!(id);
+            if let Some(tc) = &m.tool_call_id {
+                o["tool_call_id"] = json!(id(tc));
             }
             o
         })
@@ -222,7 +274,11 @@ pub fn request_json(r: &ModelRequest, model: Option<&str>) -> Value {
         body["parallel_tool_calls"] = json!(false);
     }
     if let Some(n) = r.max_tokens {
-        body["max_tokens"] = json!(n);
+        let field = match profile.max_tokens_field {
+            MaxTokensField::MaxTokens => "max_tokens",
+            MaxTokensField::MaxCompletionTokens => "max_completion_tokens",
+        };
+        body[field] = json!(n);
     }
     if let Some(t) = r.temperature {
         body["temperature"] = exact_f32(t);
@@ -435,6 +491,45 @@ mod tests {
         let plain = request_json(&request(None, false), None);
         assert!(plain.get("tool_choice").is_none() && plain.get("temperature").is_none());
         assert_eq!(request_json(&request(Some(1.0), false), None)["temperature"].to_string(), "1.0");
+    }
+
+    #[test]
+    fn a_profile_renames_the_token_cap_and_reshapes_tool_call_ids_consistently() {
+        let mut r = request(None, true);
+        r.max_tokens = Some(64);
+        r.messages.push(Message {
+            role: Role::Assistant,
+            content: String::new(),
+            tool_calls: vec![keel_guest::ModelToolCall {
+                id: "call_step_0".into(),
+                name: "fs_read".into(),
+                arguments: "{}".into(),
+            }],
+            tool_call_id: None,
+        });
+        r.messages.push(Message {
+            role: Role::Tool,
+            content: "{}".into(),
+            tool_calls: vec![],
+            tool_call_id: Some("call_step_0".into()),
+        });
+        let plain = request_json(&r, Some("m"));
+        assert_eq!(plain["max_tokens"], 64);
+        assert_eq!(plain["messages"][1]["tool_calls"][0]["id"], "call_step_0");
+        let strict = request_json_for(
+            &r,
+            Some("m"),
+            Profile {
+                max_tokens_field: MaxTokensField::MaxCompletionTokens,
+                tool_call_ids: ToolCallIds::Alphanumeric9,
+            },
+        );
+        assert!(strict.get("max_tokens").is_none());
+        assert_eq!(strict["max_completion_tokens"], 64);
+        let id = strict["messages"][1]["tool_calls"][0]["id"].as_str().unwrap();
+        assert_eq!(id.len(), 9);
+        assert!(id.bytes().all(|b| b.is_ascii_alphanumeric()), "{id}");
+        assert_eq!(strict["messages"][2]["tool_call_id"], id, "the call and its result still pair");
     }
 
     #[test]
