@@ -274,14 +274,21 @@ fn events_follow_streams_until_the_run_ends() {
 fn plugin_inspect_names_exactly_the_worlds_check_accepts() {
     let dir = common::wasm::plugins_dir();
     let Ok(entries) = std::fs::read_dir(&dir) else {
-        assert_ne!(std::env::var("CI").as_deref(), Ok("true"), "no {}", dir.display());
+        assert_ne!(
+            std::env::var("CI").as_deref(),
+            Ok("true"),
+            "no {}",
+            dir.display()
+        );
         return;
     };
     let mut files: Vec<PathBuf> = entries
         .filter_map(|e| e.ok().map(|e| e.path()))
         // Rust and C components compile in a fraction of a second; Python
         // and JavaScript ones take seconds each without a cache.
-        .filter(|p| p.to_string_lossy().ends_with("-rust.wasm") || p.to_string_lossy().ends_with("-c.wasm"))
+        .filter(|p| {
+            p.to_string_lossy().ends_with("-rust.wasm") || p.to_string_lossy().ends_with("-c.wasm")
+        })
         .collect();
     files.sort();
     assert!(files.len() >= 7, "{files:?}");
@@ -312,10 +319,20 @@ fn plugin_inspect_names_exactly_the_worlds_check_accepts() {
     for args in [
         vec!["plugin", "inspect", core],
         vec!["plugin", "check", core, "--world", "agent"],
-        vec!["plugin", "compile", core, "--cache-dir", tmp.path().join("c").to_str().unwrap()],
+        vec![
+            "plugin",
+            "compile",
+            core,
+            "--cache-dir",
+            tmp.path().join("c").to_str().unwrap(),
+        ],
     ] {
         let o = keel(&args);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o));
-        assert!(text(&o).contains("core wasm module; turn it into a component"), "{args:?}: {}", text(&o));
+        assert!(
+            text(&o).contains("core wasm module; turn it into a component"),
+            "{args:?}: {}",
+            text(&o)
+        );
     }
 }

@@ -70,11 +70,18 @@ fn plugin_text_reaches_the_terminal_escaped_and_json_stays_exact() {
     let o = keel(&["run", "--config", cfg.to_str().unwrap(), "--goal", "x"]);
     assert_eq!(o.status.code(), Some(3), "{}", text(&o));
     no_raw_escape(&o, "the approval prompt of keel run");
-    assert!(text(&o).contains("\\u{1b}[1A\\u{1b}[2Kgotcha"), "{}", text(&o));
+    assert!(
+        text(&o).contains("\\u{1b}[1A\\u{1b}[2Kgotcha"),
+        "{}",
+        text(&o)
+    );
     let run = keel(&["--store", store, "runs", "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
     let id = v[0]["id"].as_str().unwrap().to_string();
-    assert_eq!(keel(&["--store", store, "approve", &id]).status.code(), Some(0));
+    assert_eq!(
+        keel(&["--store", store, "approve", &id]).status.code(),
+        Some(0)
+    );
     let o = keel(&["--store", store, "resume", &id]);
     assert_eq!(o.status.code(), Some(4), "the agent fails: {}", text(&o));
     no_raw_escape(&o, "keel resume");
@@ -105,8 +112,11 @@ fn keel_events_lists_every_event_of_a_long_run() {
     let db = dir.path().join("keel.db");
     let mut s = keel::Store::open(&db, keel::Sync::Full).unwrap();
     let mut run = keel::Run::new("r", "g", Default::default(), 0);
-    s.create_run(&run, vec![NewEvent::new("run.started", None, serde_json::json!({}))])
-        .unwrap();
+    s.create_run(
+        &run,
+        vec![NewEvent::new("run.started", None, serde_json::json!({}))],
+    )
+    .unwrap();
     let mut events: Vec<NewEvent> = (0..1303)
         .map(|i| NewEvent::new("plugin.log", None, serde_json::json!({ "i": i })))
         .collect();
@@ -140,7 +150,10 @@ fn store_paths_that_cannot_hold_a_store_say_why_and_exit_2() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().to_str().unwrap();
     // A directory.
-    for args in [vec!["--store", d, "runs"], vec!["--store", d, "cancel", "r"]] {
+    for args in [
+        vec!["--store", d, "runs"],
+        vec!["--store", d, "cancel", "r"],
+    ] {
         let o = keel(&args);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o));
         assert!(text(&o).contains("directory"), "{args:?}: {}", text(&o));
@@ -149,13 +162,25 @@ fn store_paths_that_cannot_hold_a_store_say_why_and_exit_2() {
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     // No permission (even root may not create files in sysfs).
     if let Some(cfg) = config(dir.path()) {
-        let o = keel(&["--store", "/sys/keel.db", "run", "--config", cfg.to_str().unwrap(), "--goal", "x"]);
+        let o = keel(&[
+            "--store",
+            "/sys/keel.db",
+            "run",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--goal",
+            "x",
+        ]);
         assert_eq!(o.status.code(), Some(2), "{}", text(&o));
         assert!(text(&o).contains("permission denied"), "{}", text(&o));
     }
     // No store where one is looked for.
     let empty = tempfile::tempdir().unwrap();
-    for args in [vec!["resume", "run_x"], vec!["show", "run_x"], vec!["approve", "run_x"]] {
+    for args in [
+        vec!["resume", "run_x"],
+        vec!["show", "run_x"],
+        vec!["approve", "run_x"],
+    ] {
         let o = common::keel_bin()
             .args(&args)
             .current_dir(empty.path())
@@ -164,7 +189,10 @@ fn store_paths_that_cannot_hold_a_store_say_why_and_exit_2() {
             .unwrap();
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o));
         let t = text(&o);
-        assert!(t.contains("no Keel store at keel.db") && t.contains("--store"), "{t}");
+        assert!(
+            t.contains("no Keel store at keel.db") && t.contains("--store"),
+            "{t}"
+        );
         assert!(!t.contains("never initialised"), "{t}");
     }
 }
@@ -209,7 +237,14 @@ fn a_goal_comes_from_a_file_or_standard_input_within_its_limit() {
     let goal = "a goal\nwith two lines and ünïcode\n";
     let f = dir.path().join("goal.txt");
     std::fs::write(&f, goal).unwrap();
-    let o = keel(&["run", "--config", cfg.to_str().unwrap(), "--goal-file", f.to_str().unwrap(), "--json"]);
+    let o = keel(&[
+        "run",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--goal-file",
+        f.to_str().unwrap(),
+        "--json",
+    ]);
     assert_eq!(o.status.code(), Some(3), "{}", text(&o));
     let o = keel(&["--store", store.to_str().unwrap(), "runs", "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
@@ -217,12 +252,24 @@ fn a_goal_comes_from_a_file_or_standard_input_within_its_limit() {
 
     use std::io::Write;
     let mut child = common::keel_bin()
-        .args(["run", "--config", cfg.to_str().unwrap(), "--goal-file", "-", "--json"])
+        .args([
+            "run",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--goal-file",
+            "-",
+            "--json",
+        ])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    child.stdin.take().unwrap().write_all(b"from stdin").unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"from stdin")
+        .unwrap();
     assert_eq!(child.wait_with_output().unwrap().status.code(), Some(3));
     let o = keel(&["--store", store.to_str().unwrap(), "runs", "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
@@ -230,10 +277,28 @@ fn a_goal_comes_from_a_file_or_standard_input_within_its_limit() {
 
     std::fs::write(&f, "x".repeat((1 << 20) + 1)).unwrap();
     let before = std::fs::read(&store).unwrap();
-    let o = keel(&["run", "--config", cfg.to_str().unwrap(), "--goal-file", f.to_str().unwrap()]);
+    let o = keel(&[
+        "run",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--goal-file",
+        f.to_str().unwrap(),
+    ]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(text(&o).contains("over the limit"), "{}", text(&o));
-    assert_eq!(std::fs::read(&store).unwrap(), before, "nothing was written");
-    let o = keel(&["run", "--config", cfg.to_str().unwrap(), "--goal", "x", "--goal-file", f.to_str().unwrap()]);
+    assert_eq!(
+        std::fs::read(&store).unwrap(),
+        before,
+        "nothing was written"
+    );
+    let o = keel(&[
+        "run",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--goal",
+        "x",
+        "--goal-file",
+        f.to_str().unwrap(),
+    ]);
     assert_eq!(o.status.code(), Some(2), "one goal only: {}", text(&o));
 }

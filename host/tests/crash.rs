@@ -271,7 +271,12 @@ fn two_processes_racing_for_one_run_never_both_drive_it() {
     let db = dir.path().join("keel.db");
     let log = dir.path().join("steps.log");
     let mut s = Store::open(&db, keel::Sync::Full).unwrap();
-    let run = Run::new("race", "race", Limits::default(), keel::driver::Clock::now_ms(&keel::driver::SystemClock));
+    let run = Run::new(
+        "race",
+        "race",
+        Limits::default(),
+        keel::driver::Clock::now_ms(&keel::driver::SystemClock),
+    );
     s.create_run(&run, vec![]).unwrap();
     drop(s);
     let spawn = || {
@@ -305,7 +310,12 @@ fn two_processes_racing_for_one_run_never_both_drive_it() {
 /// leave it, with nobody holding the run.
 fn store_left_at(db: &Path, step: &Step) {
     let mut s = Store::open(db, keel::Sync::Full).unwrap();
-    let run = Run::new("left", "left", Limits::default(), keel::driver::Clock::now_ms(&keel::driver::SystemClock));
+    let run = Run::new(
+        "left",
+        "left",
+        Limits::default(),
+        keel::driver::Clock::now_ms(&keel::driver::SystemClock),
+    );
     s.create_run(&run, vec![]).unwrap();
     let mut next = run.clone();
     next.step_count = 1;

@@ -70,7 +70,11 @@ async fn a_lease_of_a_process_that_is_gone_is_taken_at_once_and_an_operator_can_
     let mut child = std::process::Command::new("true").spawn().unwrap();
     let pid = child.id();
     child.wait().unwrap();
-    let host = keel::store::lease::process_tag().split(':').next().unwrap().to_string();
+    let host = keel::store::lease::process_tag()
+        .split(':')
+        .next()
+        .unwrap()
+        .to_string();
     let far = i64::MAX / 2;
     for (id, owner) in [
         ("dead", format!("lease_x@{host}:{pid}:1")),
@@ -95,8 +99,16 @@ async fn a_lease_of_a_process_that_is_gone_is_taken_at_once_and_an_operator_can_
     s.acquire_lease_as("alive", "me", 10, 30_000, Some("ops-alice"))
         .unwrap();
     let ev = s.events_after(Some("alive"), 0, 10).unwrap();
-    assert!(ev[0].data.contains("\"by\":\"ops-alice\""), "{}", ev[0].data);
-    assert!(ev[0].data.contains("\"why\":\"operator\""), "{}", ev[0].data);
+    assert!(
+        ev[0].data.contains("\"by\":\"ops-alice\""),
+        "{}",
+        ev[0].data
+    );
+    assert!(
+        ev[0].data.contains("\"why\":\"operator\""),
+        "{}",
+        ev[0].data
+    );
 }
 
 /// An agent whose decision waits on a model call that takes an hour.
@@ -176,7 +188,11 @@ async fn a_cancel_during_a_tool_records_its_result_and_a_cancel_of_a_paused_run_
     assert_eq!(*ran.lock().unwrap(), 1);
     let s = Store::open_read_only(&db).unwrap();
     let steps = s.load_steps(&out.run.id).unwrap();
-    assert_eq!(steps[0].state, StepState::Done, "the executing step is settled");
+    assert_eq!(
+        steps[0].state,
+        StepState::Done,
+        "the executing step is settled"
+    );
     let obs = steps[0].observation.as_ref().unwrap();
     assert_eq!(obs.kind, ObservationKind::ToolResult);
     assert!(obs.content.contains("wrote"));
@@ -188,11 +204,14 @@ async fn a_cancel_during_a_tool_records_its_result_and_a_cancel_of_a_paused_run_
     drop(s);
 
     // A paused run: its approval is closed as cancelled, its step done.
-    let (c, _) = consumers(vec![call("ask_write", "{}")], vec![counting_tool(
-        "ask_write",
-        Effect::LocalMutation,
-        Arc::new(Mutex::new(0)),
-    )]);
+    let (c, _) = consumers(
+        vec![call("ask_write", "{}")],
+        vec![counting_tool(
+            "ask_write",
+            Effect::LocalMutation,
+            Arc::new(Mutex::new(0)),
+        )],
+    );
     let out = rt.start("y", Limits::default(), "{}", c).await.unwrap();
     assert_eq!(out.run.status, RunStatus::WaitingForApproval);
     let mut op = Store::open(&db, keel::Sync::Full).unwrap();
@@ -230,7 +249,11 @@ async fn the_operator_pins_a_tools_effect_and_requires_approval_whatever_the_pol
     );
     let s = Store::open_read_only(&db).unwrap();
     let steps = s.load_steps(&out.run.id).unwrap();
-    assert_eq!(steps[0].effect, Some(Effect::Destructive), "recovery trusts the pin");
+    assert_eq!(
+        steps[0].effect,
+        Some(Effect::Destructive),
+        "recovery trusts the pin"
+    );
 }
 
 #[tokio::test]
@@ -272,7 +295,10 @@ async fn an_interrupted_side_effects_approval_altered_after_the_fact_is_refused_
     .unwrap();
     let ran = Arc::new(Mutex::new(0));
     let rt = runtime(&db);
-    let (c, _) = consumers(vec![], vec![counting_tool("write", Effect::LocalMutation, ran.clone())]);
+    let (c, _) = consumers(
+        vec![],
+        vec![counting_tool("write", Effect::LocalMutation, ran.clone())],
+    );
     let out = rt.resume("left", c).await.unwrap();
     let a = out.pending.expect("an operator must decide");
     assert_eq!(a.kind, ApprovalKind::InterruptedSideEffect);
@@ -284,7 +310,10 @@ async fn an_interrupted_side_effects_approval_altered_after_the_fact_is_refused_
             [&a.id],
         )
         .unwrap();
-    let (c, _) = consumers(vec![], vec![counting_tool("write", Effect::LocalMutation, ran.clone())]);
+    let (c, _) = consumers(
+        vec![],
+        vec![counting_tool("write", Effect::LocalMutation, ran.clone())],
+    );
     let err = rt.resume("left", c).await.unwrap_err();
     assert!(matches!(err, DriverError::Tampered { .. }), "{err}");
     assert_eq!(*ran.lock().unwrap(), 0, "nothing ran");

@@ -451,7 +451,11 @@ async fn the_wall_clock_deadline_ends_a_run_even_inside_a_slow_tool() {
     let steps = store.load_steps(&out.run.id).unwrap();
     let obs = steps[0].observation.as_ref().unwrap();
     assert_eq!(obs.kind, ObservationKind::ToolError);
-    assert!(obs.content.contains("deadline while the tool ran"), "{}", obs.content);
+    assert!(
+        obs.content.contains("deadline while the tool ran"),
+        "{}",
+        obs.content
+    );
 }
 
 #[test]
@@ -619,12 +623,20 @@ async fn an_observer_sees_each_event_once_in_order_and_only_after_its_commit() {
             .unwrap()
             .first()
             .map(|f| (f.seq, f.kind.clone()));
-        assert_eq!(found, Some((e.seq, e.kind.clone())), "notified before its commit");
+        assert_eq!(
+            found,
+            Some((e.seq, e.kind.clone())),
+            "notified before its commit"
+        );
         s2.lock().unwrap().push(e.seq);
     }));
     let n = Arc::new(Mutex::new(0));
     let (c, _) = consumers(
-        vec![call("t", "{}"), call("ask_t", "{}"), Decision::Complete("1".into())],
+        vec![
+            call("t", "{}"),
+            call("ask_t", "{}"),
+            Decision::Complete("1".into()),
+        ],
         vec![
             counting_tool("t", Effect::ReadOnly, n.clone()),
             counting_tool("ask_t", Effect::LocalMutation, n.clone()),

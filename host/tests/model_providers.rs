@@ -74,7 +74,11 @@ fn server(script: Vec<Reply>) -> Server {
                     (200, "", "{}".into())
                 }
             };
-            let header = if header.is_empty() { String::new() } else { format!("{header}\r\n") };
+            let header = if header.is_empty() {
+                String::new()
+            } else {
+                format!("{header}\r\n")
+            };
             let _ = write!(conn, "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\n{header}content-length: {}\r\nconnection: close\r\n\r\n{text}", text.len());
         }
     });
@@ -205,7 +209,11 @@ async fn a_429_is_retried_after_its_retry_after_and_retries_stop_at_the_window()
         matches!(&e, ModelError::Transient(m) if m.contains("retry window")),
         "{e:?}"
     );
-    assert_eq!(gate.drain().calls, 1, "one attempt, no retry past the window");
+    assert_eq!(
+        gate.drain().calls,
+        1,
+        "one attempt, no retry past the window"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

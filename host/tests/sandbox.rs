@@ -26,7 +26,11 @@ fn allow_all() -> String {
     json!({ "rules": [{ "tool": "*", "action": "allow" }] }).to_string()
 }
 
-async fn hostile_tool(config: serde_json::Value, caps: ToolCaps, limits: PluginLimits) -> Option<Result<WasmTools, ConsumerError>> {
+async fn hostile_tool(
+    config: serde_json::Value,
+    caps: ToolCaps,
+    limits: PluginLimits,
+) -> Option<Result<WasmTools, ConsumerError>> {
     let p = plugin("hostile-tool-rust.wasm", World::Tool)?;
     Some(WasmTools::new(host(), p, &config.to_string(), limits, caps, false, None).await)
 }
@@ -54,9 +58,15 @@ async fn agent_run(
     )
     .await
     .unwrap();
-    let pol = WasmPolicy::new(&host(), &policy, &allow_all(), &PluginLimits::default(), sink.clone())
-        .await
-        .unwrap();
+    let pol = WasmPolicy::new(
+        &host(),
+        &policy,
+        &allow_all(),
+        &PluginLimits::default(),
+        sink.clone(),
+    )
+    .await
+    .unwrap();
     let c = Consumers::new(Box::new(a), Box::new(pol), set, gate, sink);
     let rt = runtime(db);
     Some(
@@ -76,16 +86,34 @@ async fn a_plugin_blocked_in_wasi_is_held_to_its_per_call_deadline() {
     };
     // An agent that sleeps 30 s in one decide.
     let started = std::time::Instant::now();
-    let Some(out) = agent_run(&db, "sleep", tight.clone(), Limits::default(), ToolSet::new()).await else {
+    let Some(out) = agent_run(
+        &db,
+        "sleep",
+        tight.clone(),
+        Limits::default(),
+        ToolSet::new(),
+    )
+    .await
+    else {
         return;
     };
     assert_eq!(out.run.status, RunStatus::Failed);
     assert_eq!(out.run.reason.as_deref(), Some("agent_trapped"));
-    assert!(out.run.result.as_deref().unwrap_or("").contains("deadline"), "{:?}", out.run.result);
-    assert!(started.elapsed() < Duration::from_secs(25), "the sleep was not cut short");
+    assert!(
+        out.run.result.as_deref().unwrap_or("").contains("deadline"),
+        "{:?}",
+        out.run.result
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(25),
+        "the sleep was not cut short"
+    );
 
     // A tool that sleeps 30 s in one call: its call ends as a tool error.
-    let tools = hostile_tool(json!({}), ToolCaps::default(), tight).await.unwrap().unwrap();
+    let tools = hostile_tool(json!({}), ToolCaps::default(), tight)
+        .await
+        .unwrap()
+        .unwrap();
     let started = std::time::Instant::now();
     let r = tools.call("sleep", r#"{"ms":30000}"#).await;
     let err = r.unwrap_err();
@@ -104,7 +132,15 @@ async fn calls_past_the_model_limit_end_the_call_and_add_a_bounded_amount_to_the
         max_model_calls: 5,
         ..Limits::default()
     };
-    let Some(out) = agent_run(&db, "model-ignore-refusal", limits, run_limits, ToolSet::new()).await else {
+    let Some(out) = agent_run(
+        &db,
+        "model-ignore-refusal",
+        limits,
+        run_limits,
+        ToolSet::new(),
+    )
+    .await
+    else {
         return;
     };
     assert_eq!(out.run.status, RunStatus::Failed);
@@ -121,7 +157,15 @@ async fn calls_past_the_model_limit_end_the_call_and_add_a_bounded_amount_to_the
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn log_lines_dropped_past_the_limit_are_counted_in_an_event() {
     let (_d, db) = tmpdb();
-    let Some(out) = agent_run(&db, "log-flood", PluginLimits::default(), Limits::default(), ToolSet::new()).await else {
+    let Some(out) = agent_run(
+        &db,
+        "log-flood",
+        PluginLimits::default(),
+        Limits::default(),
+        ToolSet::new(),
+    )
+    .await
+    else {
         return;
     };
     assert_eq!(out.run.status, RunStatus::Completed);
@@ -145,10 +189,14 @@ async fn tool_specs_over_their_bounds_are_refused_with_the_reason() {
         ("deep-schema", "parameters schema"),
         ("many", "tools"),
     ] {
-        let Some(tools) = hostile_tool(json!({ "specs": mode }), ToolCaps::default(), PluginLimits {
-            max_output_bytes: 128 << 20,
-            ..PluginLimits::default()
-        })
+        let Some(tools) = hostile_tool(
+            json!({ "specs": mode }),
+            ToolCaps::default(),
+            PluginLimits {
+                max_output_bytes: 128 << 20,
+                ..PluginLimits::default()
+            },
+        )
         .await
         else {
             return;
@@ -158,11 +206,15 @@ async fn tool_specs_over_their_bounds_are_refused_with_the_reason() {
         assert!(err.contains(says), "{mode}: {err}");
     }
     // The specs as a whole are bounded by the tool's output limit.
-    let err = hostile_tool(json!({ "specs": "huge-description" }), ToolCaps::default(), PluginLimits::default())
-        .await
-        .unwrap()
-        .err()
-        .unwrap();
+    let err = hostile_tool(
+        json!({ "specs": "huge-description" }),
+        ToolCaps::default(),
+        PluginLimits::default(),
+    )
+    .await
+    .unwrap()
+    .err()
+    .unwrap();
     assert!(err.to_string().contains("output limit"), "{err}");
 }
 
@@ -178,7 +230,9 @@ async fn a_network_grant_opens_tcp_and_udp_and_without_it_each_is_refused() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let tcp = listener.local_addr().unwrap().to_string();
     let udp_sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    udp_sock.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    udp_sock
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
     let udp = udp_sock.local_addr().unwrap().to_string();
     let granted = ToolCaps {
         network: true,
@@ -209,7 +263,11 @@ async fn a_network_grant_opens_tcp_and_udp_and_without_it_each_is_refused() {
         .await
         .unwrap()
         .unwrap();
-    for (kind, addr) in [("tcp-connect", tcp.as_str()), ("udp", udp.as_str()), ("tcp-listen", "127.0.0.1:0")] {
+    for (kind, addr) in [
+        ("tcp-connect", tcp.as_str()),
+        ("udp", udp.as_str()),
+        ("tcp-listen", "127.0.0.1:0"),
+    ] {
         let r = net_call(&denied, kind, addr).await;
         assert_eq!(r["ok"], false, "{kind} without the grant: {r}");
     }
@@ -242,7 +300,10 @@ async fn a_tool_cannot_create_links_that_leave_its_granted_directory() {
     ] {
         let r = link(target, name).await;
         assert_eq!(r["ok"], false, "{target}: {r}");
-        assert!(std::fs::symlink_metadata(dir.path().join(name)).is_err(), "{target}");
+        assert!(
+            std::fs::symlink_metadata(dir.path().join(name)).is_err(),
+            "{target}"
+        );
     }
     let r = link("inside.txt", "fine").await;
     assert_eq!(r["ok"], true, "{r}");

@@ -66,8 +66,14 @@ fn a_core_module_or_garbage_is_not_a_component() {
 fn an_unprovided_wasi_interface_or_another_keel_version_is_named_as_such() {
     let h = host();
     for (import, says) in [
-        ("wasi:http/outgoing-handler@0.2.0", "a WASI 0.2 interface this host does not provide"),
-        ("keel:plugin/log@0.2.0", "this host provides keel:plugin@0.1.0"),
+        (
+            "wasi:http/outgoing-handler@0.2.0",
+            "a WASI 0.2 interface this host does not provide",
+        ),
+        (
+            "keel:plugin/log@0.2.0",
+            "this host provides keel:plugin@0.1.0",
+        ),
     ] {
         let wat = format!("(component (import \"{import}\" (instance)))");
         let bytes = wat::parse_str(&wat).unwrap();

@@ -55,7 +55,12 @@ pub enum Command {
         #[arg(long, short)]
         config: PathBuf,
         /// What the run should achieve; handed to the agent (at most 1 MiB).
-        #[arg(long, short, required_unless_present = "goal_file", conflicts_with = "goal_file")]
+        #[arg(
+            long,
+            short,
+            required_unless_present = "goal_file",
+            conflicts_with = "goal_file"
+        )]
         goal: Option<String>,
         /// Read the goal from this file instead (`-`: standard input), at most 1 MiB.
         #[arg(long, value_name = "FILE")]

@@ -215,10 +215,7 @@ mod tests {
     #[test]
     fn control_characters_and_bidi_overrides_are_made_visible() {
         assert_eq!(safe("plain text ✓"), "plain text ✓");
-        assert_eq!(
-            safe("a\u{1b}[1A\u{1b}[2Kb"),
-            "a\\u{1b}[1A\\u{1b}[2Kb"
-        );
+        assert_eq!(safe("a\u{1b}[1A\u{1b}[2Kb"), "a\\u{1b}[1A\\u{1b}[2Kb");
         assert_eq!(safe("x\ny\r\u{7f}\u{9b}"), "x\\ny\\r\\u{7f}\\u{9b}");
         assert_eq!(safe("\u{202e}evil"), "\\u{202e}evil");
         assert_eq!(safe_lines("a\n\u{1b}[2K b"), "a\n\\u{1b}[2K b");

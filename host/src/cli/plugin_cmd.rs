@@ -74,7 +74,11 @@ pub async fn run(cmd: PluginCommand) -> anyhow::Result<i32> {
                 .into_iter()
                 .map(|w| (w, host.fits(&component, w)))
                 .collect();
-            let worlds: Vec<World> = fits.iter().filter(|(_, r)| r.is_ok()).map(|(w, _)| *w).collect();
+            let worlds: Vec<World> = fits
+                .iter()
+                .filter(|(_, r)| r.is_ok())
+                .map(|(w, _)| *w)
+                .collect();
             let world = worlds.first().copied();
             let imports = inspect::imports(host.engine(), &component);
             let exports = inspect::exports(host.engine(), &component);

@@ -1,6 +1,6 @@
 //! The commands that touch runs.
 
-use super::output::{print_event, print_outcome, print_run_detail, print_runs, say, safe};
+use super::output::{print_event, print_outcome, print_run_detail, print_runs, safe, say};
 use super::{exit, Cli, Command};
 use crate::config::{assemble_with_progress, Config};
 use crate::driver::{Outcome, Runtime};
@@ -368,7 +368,8 @@ mod tests {
     /// the follower asks, the race that lost them before.
     #[test]
     fn following_prints_every_event_up_to_the_terminal_one_once_in_order() {
-        let log: RefCell<Vec<Event>> = RefCell::new((1..=2500).map(|i| ev(i, "plugin.log")).collect());
+        let log: RefCell<Vec<Event>> =
+            RefCell::new((1..=2500).map(|i| ev(i, "plugin.log")).collect());
         let status_reads = RefCell::new(0);
         let mut printed = Vec::new();
         let mut after = 0;
@@ -376,7 +377,15 @@ mod tests {
         loop {
             rounds += 1;
             let done = print_events(
-                &mut |a| Ok(log.borrow().iter().filter(|e| e.seq > a).take(EVENT_PAGE as usize).cloned().collect()),
+                &mut |a| {
+                    Ok(log
+                        .borrow()
+                        .iter()
+                        .filter(|e| e.seq > a)
+                        .take(EVENT_PAGE as usize)
+                        .cloned()
+                        .collect())
+                },
                 &mut || {
                     *status_reads.borrow_mut() += 1;
                     if *status_reads.borrow() == 5 {
@@ -407,7 +416,14 @@ mod tests {
         let mut printed = Vec::new();
         let mut after = 0;
         let done = print_events(
-            &mut |a| Ok(log.iter().filter(|e| e.seq > a).take(EVENT_PAGE as usize).cloned().collect()),
+            &mut |a| {
+                Ok(log
+                    .iter()
+                    .filter(|e| e.seq > a)
+                    .take(EVENT_PAGE as usize)
+                    .cloned()
+                    .collect())
+            },
             &mut || Ok(false),
             &mut |e| printed.push(e.seq),
             &mut after,

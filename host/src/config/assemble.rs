@@ -4,11 +4,11 @@
 
 use super::{Config, DirMode, ModelConfig};
 use crate::consumer::EventSink;
+use crate::consumer::ToolProvider;
 use crate::driver::Consumers;
 use crate::model::{
     ModelGate, ModelProvider, OpenAiProvider, OpenAiSettings, ReplayProvider, StubProvider,
 };
-use crate::consumer::ToolProvider;
 use crate::tools::ToolSet;
 use crate::wasm::{
     EngineOptions, Plugin, ToolCaps, WasmAgent, WasmHost, WasmPolicy, WasmTools, World,
@@ -199,7 +199,9 @@ impl Assembly {
 fn speaks_openai(m: &ModelConfig) -> bool {
     match m {
         ModelConfig::Openai { .. } => true,
-        ModelConfig::Replay { record: Some(up), .. } => speaks_openai(up),
+        ModelConfig::Replay {
+            record: Some(up), ..
+        } => speaks_openai(up),
         _ => false,
     }
 }

@@ -39,7 +39,10 @@ pub fn cancel_transition(
     }
     let mut events = Vec::new();
     let mut closed = Vec::new();
-    for a in approvals.iter().filter(|a| a.status == ApprovalStatus::Pending) {
+    for a in approvals
+        .iter()
+        .filter(|a| a.status == ApprovalStatus::Pending)
+    {
         let mut a = a.clone();
         a.status = ApprovalStatus::Cancelled;
         a.decided_by = Some(who.to_string());
@@ -65,14 +68,28 @@ pub fn cancel_transition(
         match s.state {
             StepState::Started | StepState::Decided => {
                 let why = format!("the run was cancelled by {who} before this step ran anything");
-                done(&mut s, Observation::message(ObservationKind::Final, "cancelled", &why));
-                events.push(NewEvent::new("step.done", Some(i), json!({ "observation": s.observation })));
+                done(
+                    &mut s,
+                    Observation::message(ObservationKind::Final, "cancelled", &why),
+                );
+                events.push(NewEvent::new(
+                    "step.done",
+                    Some(i),
+                    json!({ "observation": s.observation }),
+                ));
                 settled.push(s);
             }
             StepState::AwaitingApproval => {
                 let why = format!("the run was cancelled by {who} before an operator answered");
-                done(&mut s, Observation::message(ObservationKind::Denied, "reason", &why));
-                events.push(NewEvent::new("step.done", Some(i), json!({ "observation": s.observation })));
+                done(
+                    &mut s,
+                    Observation::message(ObservationKind::Denied, "reason", &why),
+                );
+                events.push(NewEvent::new(
+                    "step.done",
+                    Some(i),
+                    json!({ "observation": s.observation }),
+                ));
                 settled.push(s);
             }
             StepState::Executing => {

@@ -120,7 +120,13 @@ impl ModelProvider for OpenAiProvider {
 /// A `Retry-After` header in seconds (the HTTP-date form is not used by
 /// model servers and is ignored), at most an hour.
 fn retry_after(headers: &ureq::http::HeaderMap) -> Option<Duration> {
-    let secs: f64 = headers.get("retry-after")?.to_str().ok()?.trim().parse().ok()?;
+    let secs: f64 = headers
+        .get("retry-after")?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
     (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs.min(3600.0)))
 }
 
@@ -428,7 +434,11 @@ pub fn estimate_prompt(r: &ModelRequest) -> u32 {
     let tools: u32 = r
         .tools
         .iter()
-        .map(|t| estimate_tokens(&t.name) + estimate_tokens(&t.description) + estimate_tokens(&t.parameters))
+        .map(|t| {
+            estimate_tokens(&t.name)
+                + estimate_tokens(&t.description)
+                + estimate_tokens(&t.parameters)
+        })
         .sum();
     messages.saturating_add(tools)
 }
@@ -490,7 +500,10 @@ mod tests {
         assert_eq!(body["parallel_tool_calls"], false);
         let plain = request_json(&request(None, false), None);
         assert!(plain.get("tool_choice").is_none() && plain.get("temperature").is_none());
-        assert_eq!(request_json(&request(Some(1.0), false), None)["temperature"].to_string(), "1.0");
+        assert_eq!(
+            request_json(&request(Some(1.0), false), None)["temperature"].to_string(),
+            "1.0"
+        );
     }
 
     #[test]
@@ -526,10 +539,15 @@ mod tests {
         );
         assert!(strict.get("max_tokens").is_none());
         assert_eq!(strict["max_completion_tokens"], 64);
-        let id = strict["messages"][1]["tool_calls"][0]["id"].as_str().unwrap();
+        let id = strict["messages"][1]["tool_calls"][0]["id"]
+            .as_str()
+            .unwrap();
         assert_eq!(id.len(), 9);
         assert!(id.bytes().all(|b| b.is_ascii_alphanumeric()), "{id}");
-        assert_eq!(strict["messages"][2]["tool_call_id"], id, "the call and its result still pair");
+        assert_eq!(
+            strict["messages"][2]["tool_call_id"], id,
+            "the call and its result still pair"
+        );
     }
 
     #[test]
@@ -543,7 +561,11 @@ mod tests {
             "content": [{ "type": "text", "text": "part one, " }, { "type": "text", "text": "part two" }] } }] });
         let r = response_from_json(&v).unwrap();
         assert_eq!(r.message.content, "part one, part two");
-        assert_eq!(r.completion_tokens, estimate_tokens("part one, part two"), "no usage: estimated");
+        assert_eq!(
+            r.completion_tokens,
+            estimate_tokens("part one, part two"),
+            "no usage: estimated"
+        );
         assert!(r.completion_tokens > 0);
         assert!(estimate_prompt(&request(None, true)) > 0);
     }

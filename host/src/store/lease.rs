@@ -45,7 +45,7 @@ pub fn holder_gone(owner: &str) -> bool {
         return false;
     }
     match start_time(pid) {
-        None => true,                        // no such process
+        None => true,                          // no such process
         Some(now) => now.to_string() != start, // the pid was reused
     }
 }

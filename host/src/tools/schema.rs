@@ -320,15 +320,26 @@ mod tests {
         };
         let huge = spec("big", "x".repeat(64 << 20), "{}".into());
         let err = check_specs(&[huge]).unwrap_err();
-        assert!(err.contains("\"big\"") && err.contains("description"), "{err}");
-        let wide = spec("wide", String::new(), format!("{{\"enum\":[{}0]}}", "0,".repeat(40_000)));
-        assert!(check_specs(&[wide]).unwrap_err().contains("parameters schema"));
+        assert!(
+            err.contains("\"big\"") && err.contains("description"),
+            "{err}"
+        );
+        let wide = spec(
+            "wide",
+            String::new(),
+            format!("{{\"enum\":[{}0]}}", "0,".repeat(40_000)),
+        );
+        assert!(check_specs(&[wide])
+            .unwrap_err()
+            .contains("parameters schema"));
         let mut deep = json!({});
         for _ in 0..40 {
             deep = json!({ "anyOf": [deep] });
         }
         assert!(check_schema("deep", &deep).unwrap_err().contains("nests"));
-        let many: Vec<ToolSpec> = (0..200).map(|i| spec(&format!("t{i}"), String::new(), "{}".into())).collect();
+        let many: Vec<ToolSpec> = (0..200)
+            .map(|i| spec(&format!("t{i}"), String::new(), "{}".into()))
+            .collect();
         assert!(check_specs(&many).unwrap_err().contains("200 tools"));
     }
 

@@ -21,7 +21,9 @@ fn base() -> Instant {
 }
 
 fn nanos(at: Instant) -> u64 {
-    at.saturating_duration_since(base()).as_nanos().min(SUSPENDED as u128 - 1) as u64
+    at.saturating_duration_since(base())
+        .as_nanos()
+        .min(SUSPENDED as u128 - 1) as u64
 }
 
 /// When the current call's time runs out, in nanoseconds since a base

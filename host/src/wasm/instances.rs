@@ -1,6 +1,7 @@
 //! Live plugin instances behind the loop's consumer traits.
 
 use super::bindings::{policy, tool, wit};
+use super::deadline::{CallDeadline, Overran};
 use super::limits::{classify, PluginLimits};
 use super::{convert, delta::DeltaTracker, lower, HostState, Plugin, PluginPre, WasmHost};
 use crate::consumer::{
@@ -11,7 +12,6 @@ use crate::types::*;
 use async_trait::async_trait;
 use std::path::PathBuf;
 use std::sync::Arc;
-use super::deadline::{CallDeadline, Overran};
 use wasmtime::{Store, UpdateDeadline};
 use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 
@@ -527,7 +527,11 @@ impl WasmTools {
             .await
             .map_err(|e| trapped(&store, &e))?;
         arm(&mut store)?;
-        let init = bounded(deadline(&store), bindings.call_init(&mut store, &self.config)).await;
+        let init = bounded(
+            deadline(&store),
+            bindings.call_init(&mut store, &self.config),
+        )
+        .await;
         store.data_mut().report_dropped_logs();
         match init {
             Ok(Ok(())) => Ok((store, bindings)),

@@ -22,9 +22,7 @@ const FILESYSTEM_TYPES: &str = "wasi:filesystem/types@0.2.12";
 /// Whether a link to `target` could point outside the directory tree it
 /// is made in.
 pub fn leaves_its_tree(target: &str) -> bool {
-    target.starts_with('/')
-        || target.is_empty()
-        || target.split('/').any(|c| c == "..")
+    target.starts_with('/') || target.is_empty() || target.split('/').any(|c| c == "..")
 }
 
 /// Replaces WASI's `symlink-at` in `linker` (after WASI was added) by one

@@ -364,7 +364,11 @@ impl WasmHost {
     pub fn fits(&self, component: &Component, world: World) -> Result<(), String> {
         self.prepare(component, world)?;
         if world != World::Tool {
-            let main = if world == World::Agent { "decide" } else { "evaluate" };
+            let main = if world == World::Agent {
+                "decide"
+            } else {
+                "evaluate"
+            };
             lower::Exports::find(component, main)?;
         }
         Ok(())

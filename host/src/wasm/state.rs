@@ -2,11 +2,11 @@
 //! host side of its imports (`log`, `model`).
 
 use super::bindings::wit;
+use super::deadline::CallDeadline;
 use super::limits::PluginLimits;
 use crate::consumer::{EventSink, LogLine};
 use crate::model::ModelGate;
 use std::sync::Arc;
-use super::deadline::CallDeadline;
 use std::time::Duration;
 use wasmtime::component::ResourceTable;
 use wasmtime::{StoreLimits, StoreLimitsBuilder};

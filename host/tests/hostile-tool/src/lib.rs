@@ -27,7 +27,9 @@ fn spec(name: &str, parameters: &str) -> ToolSpec {
 }
 
 fn arg<'a>(args: &'a Value, key: &str) -> Result<&'a str, String> {
-    args[key].as_str().ok_or_else(|| format!("{key}: expected a string"))
+    args[key]
+        .as_str()
+        .ok_or_else(|| format!("{key}: expected a string"))
 }
 
 fn net(kind: &str, addr: &str) -> Result<(), std::io::Error> {
@@ -91,14 +93,18 @@ impl Tool for Hostile {
             }
             "net" => match net(arg(&args, "kind")?, arg(&args, "addr")?) {
                 Ok(()) => Ok(json!({ "ok": true }).to_string()),
-                Err(e) => Ok(json!({ "ok": false, "error": format!("{:?}: {e}", e.kind()) }).to_string()),
+                Err(e) => {
+                    Ok(json!({ "ok": false, "error": format!("{:?}: {e}", e.kind()) }).to_string())
+                }
             },
             "symlink" => {
                 #[allow(deprecated)]
                 let made = std::fs::soft_link(arg(&args, "target")?, arg(&args, "link")?);
                 match made {
                     Ok(()) => Ok(json!({ "ok": true }).to_string()),
-                    Err(e) => Ok(json!({ "ok": false, "error": format!("{:?}: {e}", e.kind()) }).to_string()),
+                    Err(e) => Ok(
+                        json!({ "ok": false, "error": format!("{:?}: {e}", e.kind()) }).to_string(),
+                    ),
                 }
             }
             "remove" => std::fs::remove_file(arg(&args, "path")?)
