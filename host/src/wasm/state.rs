@@ -62,7 +62,6 @@ impl HostState {
 
     /// Re-arms the per-call budgets before a call.
     pub(crate) fn arm(&mut self) {
-        self.report_dropped_logs();
         self.deadline
             .set_after(Duration::from_millis(self.plugin_limits.deadline_ms));
         self.logs_this_call = 0;
