@@ -53,6 +53,9 @@ spelled_enum! {
     pub enum RunStatus {
         Running = "running",
         WaitingForApproval = "waiting_for_approval",
+        /// Set aside until its model server is back (`reason` says why,
+        /// `retry_at` when to try again); `resume` continues it.
+        Parked = "parked",
         Completed = "completed",
         Failed = "failed",
         Cancelled = "cancelled",
@@ -287,6 +290,10 @@ pub struct Run {
     pub consecutive_failures: u32,
     pub lease_owner: Option<String>,
     pub lease_expires: Option<i64>,
+    /// When a parked run is worth trying again (ms since the epoch); set
+    /// only while the run is parked.
+    #[serde(default)]
+    pub retry_at: Option<i64>,
     pub created_at: i64,
     pub updated_at: i64,
 }
@@ -308,6 +315,7 @@ impl Run {
             consecutive_failures: 0,
             lease_owner: None,
             lease_expires: None,
+            retry_at: None,
             created_at: now,
             updated_at: now,
         }

@@ -302,3 +302,89 @@ fn a_goal_comes_from_a_file_or_standard_input_within_its_limit() {
     ]);
     assert_eq!(o.status.code(), Some(2), "one goal only: {}", text(&o));
 }
+
+#[test]
+fn a_run_whose_model_server_is_down_parks_and_the_operator_sees_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let (Some(agent), Some(policy), Some(echo)) = (
+        plugin_path("agent-llm-rust.wasm"),
+        plugin_path("policy-rules-rust.wasm"),
+        plugin_path("tool-echo-rust.wasm"),
+    ) else {
+        return;
+    };
+    // Nothing listens on the discard port: every attempt is refused.
+    let cfg = format!(
+        r#"store = "keel.db"
+[engine]
+cache_dir = "{cache}"
+[model]
+provider = "openai"
+base_url = "http://127.0.0.1:9/v1"
+model = "m"
+max_retries = 1
+[agent]
+component = "{agent}"
+[policy]
+component = "{policy}"
+config = {{ rules = [ {{ tool = "echo", action = "allow" }} ] }}
+[[tools]]
+component = "{echo}"
+"#,
+        cache = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../target/keel-test-cache")
+            .display(),
+        agent = agent.display(),
+        policy = policy.display(),
+        echo = echo.display(),
+    );
+    let cfg_path = dir.path().join("keel.toml");
+    std::fs::write(&cfg_path, cfg).unwrap();
+    let store = dir.path().join("keel.db");
+    let store = store.to_str().unwrap();
+    let o = keel(&["run", "--config", cfg_path.to_str().unwrap(), "--goal", "x"]);
+    assert_eq!(o.status.code(), Some(5), "{}", text(&o));
+    assert!(
+        text(&o).contains("parked (model_unavailable)"),
+        "{}",
+        text(&o)
+    );
+    assert!(text(&o).contains("keel resume"), "{}", text(&o));
+    let runs = keel(&["--store", store, "runs"]);
+    assert!(text(&runs).contains("parked"), "{}", text(&runs));
+    assert!(text(&runs).contains("retry after"), "{}", text(&runs));
+    let v: serde_json::Value =
+        serde_json::from_slice(&keel(&["--store", store, "runs", "--json"]).stdout).unwrap();
+    let id = v[0]["id"].as_str().unwrap().to_string();
+    assert_eq!(v[0]["status"], "parked");
+    assert!(v[0]["retry_at"].as_i64().is_some(), "{v}");
+    let show = keel(&["--store", store, "show", &id]);
+    assert!(text(&show).contains("retry:  after"), "{}", text(&show));
+    assert!(
+        text(&show).contains("cannot reach the model server"),
+        "{}",
+        text(&show)
+    );
+    // Still down: the resume parks it again, and nothing is charged.
+    let o = keel(&[
+        "--store",
+        store,
+        "resume",
+        "--config",
+        cfg_path.to_str().unwrap(),
+        &id,
+    ]);
+    assert_eq!(o.status.code(), Some(5), "{}", text(&o));
+    let v: serde_json::Value =
+        serde_json::from_slice(&keel(&["--store", store, "show", &id, "--json"]).stdout).unwrap();
+    assert_eq!(v["run"]["consecutive_failures"], 0, "{v}");
+    assert_eq!(v["run"]["model_calls"], 0, "{v}");
+    assert_eq!(v["model_calls"].as_array().unwrap().len(), 4, "{v}");
+    assert_eq!(v["steps"].as_array().unwrap().len(), 1, "{v}");
+    let o = keel(&["--store", store, "cancel", &id]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let v: serde_json::Value =
+        serde_json::from_slice(&keel(&["--store", store, "show", &id, "--json"]).stdout).unwrap();
+    assert_eq!(v["run"]["status"], "cancelled", "{v}");
+    assert_eq!(v["run"]["retry_at"], serde_json::Value::Null, "{v}");
+}

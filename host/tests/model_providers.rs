@@ -151,7 +151,7 @@ async fn answers_tool_calls_and_usage_over_http() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn transient_errors_are_retried_and_every_attempt_is_charged() {
+async fn transient_errors_are_retried_recorded_and_only_answers_charged() {
     let s = server(vec![
         Reply::Json(503, "{\"error\":\"busy\"}".into()),
         Reply::Json(200, answer("ok")),
@@ -161,7 +161,7 @@ async fn transient_errors_are_retried_and_every_attempt_is_charged() {
     let r = gate.complete(&request()).await.unwrap();
     assert_eq!(r.message.content, "ok");
     let d = gate.drain();
-    assert_eq!(d.calls, 2, "the failed attempt counts");
+    assert_eq!(d.calls, 1, "the failed attempt is not charged");
     assert_eq!(
         d.records.iter().map(|r| r.outcome).collect::<Vec<_>>(),
         vec!["error", "ok"]
@@ -206,14 +206,17 @@ async fn a_429_is_retried_after_its_retry_after_and_retries_stop_at_the_window()
     gate.arm(0, 0, 0, 10, 1_000_000);
     let e = gate.complete(&request()).await.unwrap_err();
     assert!(
-        matches!(&e, ModelError::Transient(m) if m.contains("retry window")),
+        matches!(&e, ModelError::Transient(m) if m.contains("gave up after 1 attempts")),
         "{e:?}"
     );
-    assert_eq!(
-        gate.drain().calls,
-        1,
-        "one attempt, no retry past the window"
-    );
+    let outage = gate
+        .take_outage()
+        .expect("an outage, for the loop to park the run");
+    assert_eq!(outage.attempts, 1, "no retry past the window");
+    assert!(outage.retry_in >= Duration::from_secs(30), "{outage:?}");
+    let d = gate.drain();
+    assert_eq!(d.records.len(), 1, "the attempt is recorded");
+    assert_eq!(d.calls, 0, "failed attempts are not charged");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -310,8 +313,9 @@ async fn replay_returns_recorded_responses_in_order_and_refuses_the_rest() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn agent_llm_drives_a_run_through_the_openai_provider() {
+/// agent-llm with the echo tool and an allow-echo policy, its model calls
+/// through `gate`; `None` when the plugins are not built.
+async fn llm_consumers(gate: Arc<ModelGate>) -> Option<keel::Consumers> {
     use common::wasm::*;
     use keel::consumer::EventSink;
     use keel::wasm::{PluginLimits, ToolCaps, WasmAgent, WasmPolicy, WasmTools, World};
@@ -321,13 +325,8 @@ async fn agent_llm_drives_a_run_through_the_openai_provider() {
         plugin("policy-rules-rust.wasm", World::Policy),
         plugin("tool-echo-rust.wasm", World::Tool),
     ) else {
-        return;
+        return None;
     };
-    let s = server(vec![
-        Reply::Json(200, tool_call("echo", r#"{"x":1}"#)),
-        Reply::Json(200, tool_call("echo", "{not json")),
-        Reply::Json(200, answer("the echo said x=1")),
-    ]);
     let mut tools = ToolSet::new();
     tools
         .add(Arc::new(
@@ -345,7 +344,6 @@ async fn agent_llm_drives_a_run_through_the_openai_provider() {
         ))
         .unwrap();
     let sink = Arc::new(EventSink::default());
-    let gate = Arc::new(ModelGate::new(provider(&s.url, 0, 5_000)));
     let a = WasmAgent::new(
         &host(),
         &agent,
@@ -366,15 +364,25 @@ async fn agent_llm_drives_a_run_through_the_openai_provider() {
     )
     .await
     .unwrap();
+    Some(Consumers::new(Box::new(a), Box::new(p), tools, gate, sink))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_llm_drives_a_run_through_the_openai_provider() {
+    use keel::*;
+    let s = server(vec![
+        Reply::Json(200, tool_call("echo", r#"{"x":1}"#)),
+        Reply::Json(200, tool_call("echo", "{not json")),
+        Reply::Json(200, answer("the echo said x=1")),
+    ]);
+    let gate = Arc::new(ModelGate::new(provider(&s.url, 0, 5_000)));
+    let Some(consumers) = llm_consumers(gate).await else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     let rt = common::runtime(&dir.path().join("keel.db"));
     let out = rt
-        .start(
-            "echo x",
-            Limits::default(),
-            "{}",
-            Consumers::new(Box::new(a), Box::new(p), tools, gate, sink),
-        )
+        .start("echo x", Limits::default(), "{}", consumers)
         .await
         .unwrap();
     assert_eq!(out.run.status, RunStatus::Completed, "{:?}", out.run);
@@ -397,5 +405,103 @@ async fn agent_llm_drives_a_run_through_the_openai_provider() {
             && m["tool_call_id"] == "call_0"
             && m["content"] == "{\"x\":1}"),
         "{last}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outage_parks_the_run_without_charging_it_and_resume_continues_it() {
+    use keel::*;
+    // A tool call, then the server is down (503 with a body) through the
+    // one retry; after the resume it is back.
+    let s = server(vec![
+        Reply::Json(200, tool_call("echo", r#"{"x":1}"#)),
+        Reply::Json(503, "{\"error\":\"SECRET-BODY overloaded\"}".into()),
+        Reply::WithHeader(
+            503,
+            "retry-after: 1",
+            "{\"error\":\"SECRET-BODY overloaded\"}".into(),
+        ),
+        Reply::Json(200, answer("the echo said x=1")),
+    ]);
+    let Some(consumers) = llm_consumers(Arc::new(ModelGate::new(provider(&s.url, 1, 5_000)))).await
+    else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("keel.db");
+    let rt = common::runtime(&db);
+    let limits = Limits {
+        max_model_calls: 2,
+        ..Limits::default()
+    };
+    let out = rt.start("echo x", limits, "{}", consumers).await.unwrap();
+    let run = &out.run;
+    assert_eq!(run.status, RunStatus::Parked, "{run:?}");
+    assert_eq!(run.reason.as_deref(), Some("model_unavailable"));
+    assert!(
+        run.result.as_deref().unwrap_or("").contains("503"),
+        "{run:?}"
+    );
+    let retry_at = run.retry_at.expect("a parked run says when to retry");
+    assert!(
+        retry_at >= run.updated_at + 1_000,
+        "Retry-After is honoured"
+    );
+    assert_eq!(run.lease_owner, None, "the lease is given back");
+    assert_eq!(
+        run.consecutive_failures, 0,
+        "an outage is not the agent's failure"
+    );
+    assert_eq!(run.model_calls, 1, "the outage's attempts are not charged");
+    let store = Store::open_read_only(&db).unwrap();
+    let steps = store.load_steps(&run.id).unwrap();
+    assert_eq!(steps.len(), 2);
+    assert_eq!(
+        steps[1].state,
+        StepState::Started,
+        "the step is decided again"
+    );
+    assert!(steps[1].decision.is_none());
+    assert_eq!(
+        store.model_call_count(&run.id).unwrap(),
+        3,
+        "every attempt is recorded"
+    );
+    let events = store.events_after(Some(&run.id), 0, 1_000).unwrap();
+    let parked = events
+        .iter()
+        .find(|e| e.kind == "run.parked")
+        .expect("run.parked");
+    assert!(parked.data.contains("503"), "{}", parked.data);
+    drop(store);
+
+    // Resumed with the server back: the run completes, and with a call
+    // limit of 2 that it would have passed had the outage been charged.
+    let Some(consumers) = llm_consumers(Arc::new(ModelGate::new(provider(&s.url, 1, 5_000)))).await
+    else {
+        return;
+    };
+    let out = rt.resume(&run.id, consumers).await.unwrap();
+    assert_eq!(out.run.status, RunStatus::Completed, "{:?}", out.run);
+    assert_eq!(out.run.retry_at, None);
+    assert_eq!(out.run.model_calls, 2);
+    let bodies = s.bodies.lock().unwrap();
+    assert_eq!(bodies.len(), 4);
+    assert!(
+        !bodies[3].to_string().contains("SECRET-BODY"),
+        "the server's error never reaches the model: {}",
+        bodies[3]
+    );
+    let store = Store::open_read_only(&db).unwrap();
+    let kinds: Vec<String> = store
+        .events_after(Some(&out.run.id), 0, 1_000)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.kind)
+        .collect();
+    let at = |k: &str| kinds.iter().position(|x| x == k).unwrap_or(usize::MAX);
+    assert!(
+        at("run.parked") < at("run.resumed") && at("run.resumed") < at("run.completed"),
+        "{kinds:?}"
     );
 }

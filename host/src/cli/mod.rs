@@ -22,6 +22,9 @@ pub mod exit {
     pub const PAUSED: i32 = 3;
     /// The run ended failed or cancelled.
     pub const RUN_FAILED: i32 = 4;
+    /// The run is parked: its model server stayed down through the
+    /// retries; `keel resume` continues it.
+    pub const PARKED: i32 = 5;
 }
 
 const EXIT_CODES: &str = "Exit codes:
@@ -29,7 +32,8 @@ const EXIT_CODES: &str = "Exit codes:
   1  refused (the run is terminal, the approval is not pending, the run is leased elsewhere)
   2  usage or input error (bad flags, missing or invalid file, corrupt store)
   3  the run is paused, waiting for an approval (see `keel approve`)
-  4  the run ended failed or cancelled";
+  4  the run ended failed or cancelled
+  5  the run is parked: its model server stayed unavailable (see `keel resume`)";
 
 /// Keel: durable agent runs with sandboxed WebAssembly plugins.
 #[derive(Parser, Debug)]
@@ -93,7 +97,7 @@ pub enum Command {
     },
     /// List runs, newest first.
     Runs {
-        /// Only runs with this status (running, waiting_for_approval, completed, failed, cancelled).
+        /// Only runs with this status (running, waiting_for_approval, parked, completed, failed, cancelled).
         #[arg(long)]
         status: Option<String>,
         #[arg(long, default_value_t = 50)]

@@ -87,6 +87,19 @@ pub fn print_outcome(o: &Outcome, json: bool) {
                 a.id
             );
         }
+        (None, RunStatus::Parked) => {
+            say!(
+                "run {} parked ({}): {}",
+                r.id,
+                r.reason.as_deref().unwrap_or("-"),
+                r.result.as_deref().unwrap_or("")
+            );
+            say!(
+                "  the model server stayed unavailable; try again after {}: keel resume {}",
+                r.retry_at.map(utc).unwrap_or_else(|| "-".into()),
+                r.id
+            );
+        }
         (None, RunStatus::Completed) => say!(
             "run {} completed: {}",
             r.id,
@@ -116,6 +129,10 @@ pub fn print_runs(runs: &[Run], store: &Store, json: bool) -> anyhow::Result<()>
                 .into_iter()
                 .find(|a| a.status == ApprovalStatus::Pending)
                 .map(|a| format!(" (approval {})", a.id))
+                .unwrap_or_default()
+        } else if r.status == RunStatus::Parked {
+            r.retry_at
+                .map(|t| format!(" (retry after {})", utc(t)))
                 .unwrap_or_default()
         } else {
             String::new()
@@ -152,6 +169,9 @@ pub fn print_run_detail(
     }
     if let Some(result) = &run.result {
         say!("  result: {result}");
+    }
+    if let Some(t) = run.retry_at {
+        say!("  retry:  after {} (keel resume {})", utc(t), run.id);
     }
     say!(
         "  steps: {}  model calls: {}  tokens: {}",
@@ -208,9 +228,31 @@ pub fn print_run_detail(
     Ok(())
 }
 
+/// `ms` since the epoch as `YYYY-MM-DD HH:MM:SS UTC`.
+pub fn utc(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{safe, safe_lines};
+    use super::{safe, safe_lines, utc};
 
     #[test]
     fn control_characters_and_bidi_overrides_are_made_visible() {
@@ -219,5 +261,12 @@ mod tests {
         assert_eq!(safe("x\ny\r\u{7f}\u{9b}"), "x\\ny\\r\\u{7f}\\u{9b}");
         assert_eq!(safe("\u{202e}evil"), "\\u{202e}evil");
         assert_eq!(safe_lines("a\n\u{1b}[2K b"), "a\n\\u{1b}[2K b");
+    }
+
+    #[test]
+    fn times_read_as_utc_dates() {
+        assert_eq!(utc(0), "1970-01-01 00:00:00 UTC");
+        assert_eq!(utc(951_782_400_000), "2000-02-29 00:00:00 UTC");
+        assert_eq!(utc(1_796_170_245_123), "2026-12-02 00:10:45 UTC");
     }
 }

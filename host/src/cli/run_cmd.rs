@@ -208,6 +208,7 @@ fn exit_for(o: &Outcome) -> i32 {
     match o.run.status {
         RunStatus::Completed => exit::OK,
         RunStatus::WaitingForApproval => exit::PAUSED,
+        RunStatus::Parked => exit::PARKED,
         RunStatus::Failed | RunStatus::Cancelled => exit::RUN_FAILED,
         RunStatus::Running => exit::REFUSED,
     }

@@ -33,6 +33,7 @@ pub fn cancel_transition(
     next.reason = Some("operator_cancelled".into());
     next.result = Some(json!({ "error": format!("cancelled by {who}") }).to_string());
     next.updated_at = now;
+    next.retry_at = None;
     if next.lease_expires.is_none_or(|e| e <= now) {
         next.lease_owner = None;
         next.lease_expires = None;

@@ -215,7 +215,12 @@ impl<'r> Loop<'r> {
         let drained = self.c.model.drain();
         run.model_calls = drained.calls.max(run.model_calls);
         run.tokens = drained.tokens.max(run.tokens);
-        if run.status.is_terminal() || run.status == RunStatus::WaitingForApproval {
+        if run.status.is_terminal()
+            || matches!(
+                run.status,
+                RunStatus::WaitingForApproval | RunStatus::Parked
+            )
+        {
             run.lease_owner = None;
             run.lease_expires = None;
         }
@@ -435,6 +440,9 @@ impl<'r> Loop<'r> {
     /// Acts on what a resume finds. `Ok(true)`: continue driving;
     /// `Ok(false)`: stay paused.
     async fn recover(&mut self) -> Flow<bool> {
+        if self.run.status == RunStatus::Parked {
+            self.unpark().await?;
+        }
         let Some(last) = self.steps.last().cloned() else {
             return Ok(true);
         };
@@ -775,6 +783,11 @@ impl<'r> Loop<'r> {
             Waited::Cancelled(run) => return Err(Halt::Outcome(self.settle(run, None).await?)),
         };
         let limit_hit = self.c.model.drain_limit();
+        // Whatever the agent made of a call the outage failed is dropped:
+        // the step is decided again when the run is resumed.
+        if let (Some(_), Some(o)) = (&decided, self.c.model.take_outage()) {
+            return Err(Halt::Outcome(self.park(i, o).await?));
+        }
         let decision = match decided {
             None => {
                 let out = self
@@ -817,6 +830,46 @@ impl<'r> Loop<'r> {
             self.execute(i).await?;
         }
         Ok(())
+    }
+
+    /// Sets the run aside while its model server is down: `parked`, reason
+    /// `model_unavailable`, with the time to try again. Step `i` stays
+    /// started, with nothing charged to it; the lease is given back.
+    async fn park(&mut self, i: u32, o: crate::model::Outage) -> Flow<Outcome> {
+        let now = self.now();
+        let retry_at = now.saturating_add(o.retry_in.as_millis() as i64);
+        let mut run = self.next_run(now);
+        run.status = RunStatus::Parked;
+        run.reason = Some("model_unavailable".into());
+        run.retry_at = Some(retry_at);
+        run.result = Some(json!({ "error": o.error }).to_string());
+        let event = NewEvent::new(
+            "run.parked",
+            Some(i),
+            json!({ "reason": "model_unavailable", "error": o.error, "attempts": o.attempts, "retry_at": retry_at }),
+        );
+        self.commit(run, vec![], vec![], vec![event]).await?;
+        Ok(Outcome {
+            run: self.run.clone(),
+            pending: None,
+        })
+    }
+
+    /// Takes a parked run back up: `running` again, its started step to be
+    /// decided afresh.
+    async fn unpark(&mut self) -> Flow<()> {
+        let now = self.now();
+        let mut run = self.next_run(now);
+        run.status = RunStatus::Running;
+        run.reason = None;
+        run.result = None;
+        run.retry_at = None;
+        let event = NewEvent::new(
+            "run.resumed",
+            None,
+            json!({ "from": "parked", "reason": self.run.reason }),
+        );
+        self.commit(run, vec![], vec![], vec![event]).await
     }
 
     /// Writes the decision verbatim, then what it means: the end of the run,

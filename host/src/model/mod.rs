@@ -41,8 +41,8 @@ pub fn openai_tool_name_ok(name: &str) -> bool {
 }
 
 /// How the gate retries a provider's transient errors (refused or reset
-/// connections, timeouts, 429, 5xx). Each attempt is counted and charged
-/// as a call.
+/// connections, timeouts, 429, 5xx). Each attempt is recorded; when
+/// they run out, the run parks (see [`ModelGate::complete`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RetryPolicy {
     /// Retries after the first attempt, at most.
@@ -140,6 +140,20 @@ struct GateState {
     /// Calls refused by a limit in this step. Only the first is recorded:
     /// an agent that keeps calling adds nothing more to the store.
     refused: u32,
+    /// Set when a call's retries ran out on transient errors: the server
+    /// is down, and the loop parks the run instead of using the step.
+    outage: Option<Outage>,
+}
+
+/// The model server stayed unavailable through a call's retries.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outage {
+    /// The last attempt's error, as an operator reads it.
+    pub error: String,
+    /// How many attempts were made.
+    pub attempts: u32,
+    /// How long to wait before trying again.
+    pub retry_in: Duration,
 }
 
 /// What the gate accumulated since it was last drained.
@@ -171,6 +185,18 @@ impl ModelGate {
         s.max_tokens = max_tokens;
         s.limit_hit = None;
         s.refused = 0;
+        s.outage = None;
+    }
+
+    /// Takes the outage the step's calls ran into, if any (see
+    /// [`ModelGate::complete`]).
+    pub fn take_outage(&self) -> Option<Outage> {
+        self.lock().outage.take()
+    }
+
+    /// Whether a call in this step ran into an outage.
+    pub fn in_outage(&self) -> bool {
+        self.lock().outage.is_some()
     }
 
     /// How many calls a limit refused in this step (see [`ModelGate::arm`]).
@@ -187,25 +213,41 @@ impl ModelGate {
     /// One completion, retried on transient errors as the provider's
     /// [`RetryPolicy`] allows (exponential backoff with jitter, the
     /// server's `Retry-After` honoured, a pause after a timeout, within
-    /// the policy's window); every attempt counts against the run's limits
-    /// and is recorded.
+    /// the policy's window); every attempt is recorded.
+    ///
+    /// When the retries run out the server is taken to be down: the call
+    /// fails with [`ModelError::Transient`] and the gate keeps an
+    /// [`Outage`], which the loop takes to park the run.
+    ///
+    /// Attempts that fail transiently are recorded but not charged to the
+    /// run's call limit: they cost nothing but time, a run parked and
+    /// resumed through a long outage must not fail for it, and their
+    /// number is bounded by the retry policy per call.
     pub async fn complete(&self, request: &ModelRequest) -> Result<ModelResponse, ModelError> {
+        if let Some(o) = &self.lock().outage {
+            // The step is over: its run parks once the agent returns.
+            return Err(ModelError::Transient(o.error.clone()));
+        }
         let policy = self.provider.retry_policy();
         let started = Instant::now();
         let mut retries = 0;
         loop {
             let (result, retry_after, timed_out) = self.attempt(request).await;
             let e = match result {
-                Err(ModelError::Transient(e)) if retries < policy.max_retries => e,
+                Err(ModelError::Transient(e)) => e,
                 other => return other,
             };
             let wait = policy.delay(retries, retry_after, timed_out);
-            if started.elapsed() + wait > policy.window {
+            if retries >= policy.max_retries || started.elapsed() + wait > policy.window {
+                self.lock().outage = Some(Outage {
+                    error: e.clone(),
+                    attempts: retries + 1,
+                    retry_in: wait.max(policy.base),
+                });
                 return Err(ModelError::Transient(format!(
-                    "{e} (gave up after {} attempts in {} ms: the next would start past the retry window of {} ms)",
+                    "{e} (gave up after {} attempts in {} ms)",
                     retries + 1,
                     started.elapsed().as_millis(),
-                    policy.window.as_millis()
                 )));
             }
             retries += 1;
@@ -275,15 +317,20 @@ impl ModelGate {
                     latency_ms,
                 }
             }
-            Err(e) => ModelCallRecord {
-                step_index: step,
-                provider: self.provider.name().to_string(),
-                prompt_tokens: 0,
-                completion_tokens: 0,
-                outcome: "error",
-                error: Some(describe(e)),
-                latency_ms,
-            },
+            Err(e) => {
+                if matches!(e, ModelError::Transient(_)) {
+                    s.calls -= 1;
+                }
+                ModelCallRecord {
+                    step_index: step,
+                    provider: self.provider.name().to_string(),
+                    prompt_tokens: 0,
+                    completion_tokens: 0,
+                    outcome: "error",
+                    error: Some(describe(e)),
+                    latency_ms,
+                }
+            }
         };
         s.pending.push(record);
         (result, retry_after, timed_out)

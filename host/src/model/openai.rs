@@ -1,6 +1,6 @@
 //! An OpenAI-compatible chat-completions client: llama.cpp's server,
 //! Ollama, vLLM and hosted APIs. Request timeouts, transient versus permanent
-//! errors (the gate retries transient ones and charges every attempt), token
+//! errors (the gate retries transient ones and parks the run when they run out), token
 //! usage, and a bounded response size.
 
 use super::*;

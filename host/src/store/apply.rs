@@ -34,7 +34,7 @@ const KINDS: usize = Sql::InsertEvent as usize + 1;
 
 // The text of each statement, put together once.
 static INSERT_RUN: LazyLock<String> = LazyLock::new(|| {
-    format!("INSERT INTO runs ({RUN_COLUMNS}) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15)")
+    format!("INSERT INTO runs ({RUN_COLUMNS}) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16)")
 });
 static UPSERT_STEP: LazyLock<String> = LazyLock::new(|| {
     format!("INSERT INTO steps ({STEP_COLUMNS}) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13)
@@ -53,18 +53,18 @@ static UPSERT_APPROVAL: LazyLock<String> = LazyLock::new(|| {
                note=excluded.note, decided_at=excluded.decided_at")
 });
 
-// Both run updates take the same 14 parameters: ?2 is the new status,
+// Both run updates take the same 15 parameters: ?2 is the new status,
 // ?13 the expected one. The second is for ?2 = ?13: it checks that, and
 // sets every column but the status.
 const UPDATE_RUN: &str =
     "UPDATE runs SET status=?2, reason=?3, result=?4, limits=?5, step_count=?6,
         model_calls=?7, tokens=?8, consecutive_failures=?9, lease_owner=?10, lease_expires=?11,
-        updated_at=?12
+        updated_at=?12, retry_at=?15
      WHERE id=?1 AND status=?13 AND lease_owner IS ?14";
 const UPDATE_RUN_KEEP_STATUS: &str =
     "UPDATE runs SET reason=?3, result=?4, limits=?5, step_count=?6,
         model_calls=?7, tokens=?8, consecutive_failures=?9, lease_owner=?10, lease_expires=?11,
-        updated_at=?12
+        updated_at=?12, retry_at=?15
      WHERE id=?1 AND status=?13 AND ?2=?13 AND lease_owner IS ?14";
 const INSERT_MODEL_CALL: &str =
     "INSERT INTO model_calls (run_id, step_idx, provider, prompt_tokens,
@@ -138,7 +138,8 @@ impl<'c> Statements<'c> {
             run.lease_owner,
             run.lease_expires,
             run.created_at,
-            run.updated_at
+            run.updated_at,
+            run.retry_at
         ])?;
         self.write_steps(w)?;
         self.insert_events(&run.id, run.updated_at, &w.events)
@@ -167,6 +168,7 @@ impl<'c> Statements<'c> {
             run.updated_at,
             t.expect.status.as_str(),
             t.expect.owner,
+            run.retry_at,
         ])?;
         if n != 1 {
             return Err(self.refusal(&run.id));

@@ -211,7 +211,7 @@ impl ApprovalRow {
     }
 }
 
-pub const RUN_COLUMNS: &str = "id, goal, status, reason, result, limits, meta, step_count, model_calls, tokens, consecutive_failures, lease_owner, lease_expires, created_at, updated_at";
+pub const RUN_COLUMNS: &str = "id, goal, status, reason, result, limits, meta, step_count, model_calls, tokens, consecutive_failures, lease_owner, lease_expires, created_at, updated_at, retry_at";
 
 pub fn read_run(row: &Row<'_>) -> Result<Run, StoreError> {
     let id: String = row.get(0)?;
@@ -233,6 +233,7 @@ pub fn read_run(row: &Row<'_>) -> Result<Run, StoreError> {
         lease_expires: row.get(12)?,
         created_at: row.get(13)?,
         updated_at: row.get(14)?,
+        retry_at: row.get(15)?,
         id: id.clone(),
     })
 }

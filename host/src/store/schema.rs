@@ -124,6 +124,10 @@ DROP TABLE model_calls;
 ALTER TABLE model_calls_v2 RENAME TO model_calls;
 CREATE INDEX model_calls_run ON model_calls(run_id, id);
 "#,
+    // 3: a parked run's time to try again.
+    r#"
+ALTER TABLE runs ADD COLUMN retry_at INTEGER;
+"#,
 ];
 
 /// The schema version this binary writes.

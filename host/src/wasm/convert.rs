@@ -163,7 +163,10 @@ pub fn approval_out(a: &Approval) -> wit::Approval {
 
 pub fn run_status_out(s: RunStatus) -> wit::RunStatus {
     match s {
-        RunStatus::Running => wit::RunStatus::Running,
+        // Plugins are called only while a run is worked on, and a parked
+        // run is running again before its agent is called: plugins never
+        // see `parked`, so the contract does not name it.
+        RunStatus::Running | RunStatus::Parked => wit::RunStatus::Running,
         RunStatus::WaitingForApproval => wit::RunStatus::WaitingForApproval,
         RunStatus::Completed => wit::RunStatus::Completed,
         RunStatus::Failed => wit::RunStatus::Failed,

@@ -159,6 +159,13 @@ impl super::bindings::agent::keel::plugin::model::Host for HostState {
             .complete(&super::convert::model_request_in(request))
             .await;
         self.deadline.resume(left);
+        // An outage ends the agent's call: the run parks, and the server's
+        // error is the operator's to read, not the model's.
+        if gate.in_outage() {
+            return Err(wasmtime::Error::msg(
+                "the model server is unavailable; the run parks",
+            ));
+        }
         // The first refusal is the agent's to handle; calling again after
         // it is spending what nobody meters, and ends the call.
         if matches!(result, Err(crate::model::ModelError::LimitExceeded(_)))
