@@ -4,6 +4,11 @@
 # when rustup cannot fetch it), clang/lld/wasi-libc for C, componentize-py for
 # Python, componentize-js for JavaScript. When everything is present it only
 # checks, in about a second.
+#
+# With --test it also installs the real servers the test suite runs
+# against: LiteLLM's proxy, in a virtualenv of its own in the user's cache
+# (shared by every checkout, keyed by its pinned requirements), linked as
+# target/tools/litellm.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -66,3 +71,21 @@ if [ ! -f "$stamp" ] || [ scripts/js/package-lock.json -nt "$stamp" ]; then
   npm ci --prefix scripts/js --no-audit --no-fund --loglevel=error >/dev/null
   touch "$stamp"
 fi
+
+[ "${1:-}" = "--test" ] || exit 0
+
+# LiteLLM's proxy: a virtualenv per version of its pinned requirements.
+req=scripts/requirements-litellm.txt
+key=$(sha256sum "$req" | cut -c1-12)
+venv="${XDG_CACHE_HOME:-$HOME/.cache}/keel/litellm-$key"
+# The stamp is written last: a venv without it is half-installed (an
+# interrupted run) and is built again.
+if [ ! -f "$venv/.keel-complete" ]; then
+  say "installing LiteLLM's proxy into $venv (about two minutes)"
+  rm -rf "$venv"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check -r "$req"
+  touch "$venv/.keel-complete"
+fi
+mkdir -p target/tools
+ln -sfn "$venv/bin/litellm" target/tools/litellm

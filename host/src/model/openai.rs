@@ -117,17 +117,21 @@ impl ModelProvider for OpenAiProvider {
     }
 }
 
-/// A `Retry-After` header in seconds (the HTTP-date form is not used by
-/// model servers and is ignored), at most an hour.
+/// How long the server asks us to wait: `retry-after-ms` (OpenAI) or
+/// `retry-after` in seconds (the HTTP-date form is not used by model
+/// servers and is ignored), or the same passed through by LiteLLM's proxy
+/// under its `llm_provider-` prefix; at most an hour.
 fn retry_after(headers: &ureq::http::HeaderMap) -> Option<Duration> {
-    let secs: f64 = headers
-        .get("retry-after")?
-        .to_str()
-        .ok()?
-        .trim()
-        .parse()
-        .ok()?;
-    (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs.min(3600.0)))
+    let number = |name: &str| -> Option<f64> {
+        let v: f64 = headers.get(name)?.to_str().ok()?.trim().parse().ok()?;
+        (v.is_finite() && v >= 0.0).then_some(v)
+    };
+    let secs = number("retry-after-ms")
+        .map(|ms| ms / 1000.0)
+        .or_else(|| number("retry-after"))
+        .or_else(|| number("llm_provider-retry-after-ms").map(|ms| ms / 1000.0))
+        .or_else(|| number("llm_provider-retry-after"))?;
+    Some(Duration::from_secs_f64(secs.min(3600.0)))
 }
 
 impl OpenAiProvider {
@@ -468,6 +472,36 @@ pub fn response_json(r: &ModelResponse) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn retry_hints_are_read_in_every_form_servers_send() {
+        let h = |pairs: &[(&str, &str)]| {
+            let mut m = ureq::http::HeaderMap::new();
+            for (k, v) in pairs {
+                m.insert(
+                    ureq::http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                    v.parse().unwrap(),
+                );
+            }
+            retry_after(&m)
+        };
+        assert_eq!(h(&[("retry-after", "2")]), Some(Duration::from_secs(2)));
+        assert_eq!(
+            h(&[("retry-after-ms", "1500"), ("retry-after", "9")]),
+            Some(Duration::from_millis(1500))
+        );
+        assert_eq!(
+            h(&[("llm_provider-retry-after", "3")]),
+            Some(Duration::from_secs(3))
+        );
+        assert_eq!(
+            h(&[("retry-after", "99999")]),
+            Some(Duration::from_secs(3600))
+        );
+        assert_eq!(h(&[("retry-after", "Wed, 21 Oct 2015 07:28:00 GMT")]), None);
+        assert_eq!(h(&[("retry-after", "-1")]), None);
+        assert_eq!(h(&[]), None);
+    }
 
     fn request(temperature: Option<f32>, tools: bool) -> ModelRequest {
         ModelRequest {
