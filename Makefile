@@ -2,6 +2,7 @@
 #
 #   make quickstart   set up, build, and run the example with an approval
 #   make test         set up, build every plugin, run every test
+#   make e2e-model    the LLM example against a real model (not in test)
 #
 # Plugins of every language land in target/plugins/. Rebuilds are
 # incremental: cargo for Rust, file dates for C, Python and JavaScript.
@@ -16,13 +17,17 @@ OTHER_OUT := $(OUT)/policy-rules-c.wasm \
              $(OUT)/policy-rules-py.wasm $(OUT)/agent-scripted-py.wasm \
              $(OUT)/policy-rules-js.wasm $(OUT)/agent-scripted-js.wasm
 
-.PHONY: help setup plugins rust-plugins test quickstart check-bindings clean-plugins FORCE
+.PHONY: help setup test-setup plugins rust-plugins test quickstart e2e-model check-bindings clean-plugins FORCE
 
 help:
 	@sed -n 's/^#   //p' Makefile
 
 setup:
 	@scripts/setup.sh
+
+# The real servers the tests run against (LiteLLM's proxy).
+test-setup:
+	@scripts/setup.sh --test
 
 plugins: setup rust-plugins $(OTHER_OUT)
 	@ls -1 $(OUT)
@@ -53,7 +58,7 @@ check-bindings:
 
 FORCE:
 
-test: plugins check-bindings
+test: test-setup plugins check-bindings
 	python3 -m unittest discover -s plugins/policy-rules/python
 	python3 -m unittest discover -s plugins/agent-scripted/python
 	node --test plugins/policy-rules/js plugins/agent-scripted/js
@@ -68,6 +73,11 @@ test: plugins check-bindings
 quickstart: plugins
 	@cargo build -q -p keel
 	@examples/quickstart/run.sh
+
+# llama-cpp-python's server with Gemma 3 270M; the first run builds
+# llama.cpp (over half an hour), see the script.
+e2e-model:
+	@scripts/e2e-model.sh
 
 clean-plugins:
 	rm -rf $(OUT)

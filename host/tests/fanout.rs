@@ -54,8 +54,9 @@ fn a_durable_fan_out_completes_every_run_and_journals_each_one_whole() {
     assert_eq!(r["failed"], 0);
     // Created with step 0 started; step 0 decided and judged (executing),
     // then done with step 1 started; step 1 decided and the run completed.
+    // Ten events for those, and a `model.called` for each model call.
     assert_eq!(r["transitions_per_run"], 4.0, "{r}");
-    assert_eq!(r["journal_records_per_run"], 10.0, "{r}");
+    assert_eq!(r["journal_records_per_run"], 12.0, "{r}");
     let (p50, p90, p99) = (
         r["p50_ms"].as_f64().unwrap(),
         r["p90_ms"].as_f64().unwrap(),
@@ -113,7 +114,7 @@ fn the_in_memory_mode_reports_the_same_journal() {
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(r["completed"], 100);
-    assert_eq!(r["journal_records_per_run"], 10.0);
+    assert_eq!(r["journal_records_per_run"], 12.0);
     assert!(r["store"].as_str().unwrap().contains("in-memory"));
 }
 

@@ -468,6 +468,18 @@ async fn an_outage_parks_the_run_without_charging_it_and_resume_continues_it() {
         "every attempt is recorded"
     );
     let events = store.events_after(Some(&run.id), 0, 1_000).unwrap();
+    let called: Vec<&str> = events
+        .iter()
+        .filter(|e| e.kind == "model.called")
+        .map(|e| e.data.as_str())
+        .collect();
+    assert_eq!(called.len(), 3, "the journal has an event per model call");
+    assert!(called[0].contains("\"outcome\":\"ok\""), "{}", called[0]);
+    assert!(
+        called[1].contains("\"outcome\":\"error\"") && called[1].contains("503"),
+        "{}",
+        called[1]
+    );
     let parked = events
         .iter()
         .find(|e| e.kind == "run.parked")
@@ -503,5 +515,8 @@ async fn an_outage_parks_the_run_without_charging_it_and_resume_continues_it() {
     assert!(
         at("run.parked") < at("run.resumed") && at("run.resumed") < at("run.completed"),
         "{kinds:?}"
-    );
+    ); // The agent's call comes before its decision in the journal.
+    let last_call = kinds.iter().rposition(|k| k == "model.called").unwrap();
+    let last_decision = kinds.iter().rposition(|k| k == "step.decided").unwrap();
+    assert!(last_call < last_decision, "{kinds:?}");
 }

@@ -224,25 +224,24 @@ impl<'r> Loop<'r> {
             run.lease_owner = None;
             run.lease_expires = None;
         }
-        // The plugins' log lines since the last write come before this
-        // write's own events, and a held step's events before both.
+        // A `model.called` event per model call since the last write comes
+        // first (the agent's calls come before its decision), then a held
+        // step's events, then the plugins' log lines, then this write's own.
         let mut steps = steps;
+        let mut all: Vec<NewEvent> = drained.records.iter().map(model_event).collect();
+        if let Some((i, held)) = self.held.take() {
+            if !steps.iter().any(|s| s.index == i) {
+                steps.insert(0, self.steps[i as usize].clone());
+            }
+            all.extend(held);
+        }
         let logs = self.c.events.drain();
-        let mut events = match self.held.take() {
-            Some((i, mut held)) => {
-                if !steps.iter().any(|s| s.index == i) {
-                    steps.insert(0, self.steps[i as usize].clone());
-                }
-                held.extend(logs);
-                held.extend(events);
-                held
-            }
-            None if logs.is_empty() => events,
-            None => {
-                let mut all = logs;
-                all.extend(events);
-                all
-            }
+        let mut events = if all.is_empty() && logs.is_empty() {
+            events
+        } else {
+            all.extend(logs);
+            all.extend(events);
+            all
         };
         self.start_next_with(&mut run, &mut steps, &mut events);
         let crash_points = crash_points(self.rt, events.iter().map(|e| e.kind));
@@ -1205,7 +1204,7 @@ impl<'r> Loop<'r> {
         run.lease_owner = None;
         run.lease_expires = None;
         let mut steps = vec![];
-        let mut events = vec![];
+        let mut events: Vec<NewEvent> = drained.records.iter().map(model_event).collect();
         if let Some(mut s) = done {
             let (id, i) = (run.id.clone(), s.index);
             let stored = self
@@ -1331,6 +1330,22 @@ impl<F: std::future::Future> std::future::Future for CatchPanic<F> {
 }
 
 /// The `step.done` event of a step that was just finished.
+/// The journal's record of one model call (the `model_calls` row has the
+/// same, for `keel show`).
+fn model_event(m: &crate::store::ModelCallRecord) -> NewEvent {
+    let mut data = json!({
+        "provider": m.provider,
+        "outcome": m.outcome,
+        "prompt_tokens": m.prompt_tokens,
+        "completion_tokens": m.completion_tokens,
+        "latency_ms": m.latency_ms,
+    });
+    if let (Some(e), serde_json::Value::Object(map)) = (&m.error, &mut data) {
+        map.insert("error".into(), json!(e));
+    }
+    NewEvent::new("model.called", Some(m.step_index), data)
+}
+
 fn done_event(s: &Step) -> NewEvent {
     NewEvent::new(
         "step.done",
