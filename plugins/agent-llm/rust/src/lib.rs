@@ -72,8 +72,13 @@ impl Agent for LlmAgent {
         };
         let response = match model::complete(&request) {
             Ok(r) => r,
-            Err(ModelError::Transient(e)) => {
-                return Ok(Decision::Invalid(format!("model unavailable: {e}")))
+            // Keel's host parks the run and never lets this arrive; a host
+            // that does gets no server text into the conversation, which
+            // the model would read as if it were about the task.
+            Err(ModelError::Transient(_)) => {
+                return Ok(Decision::Invalid(
+                    "the model server was unavailable; the step was not decided".into(),
+                ))
             }
             Err(ModelError::LimitExceeded(e)) => return Err(format!("model limit: {e}")),
             Err(ModelError::Permanent(e)) => return Err(format!("model error: {e}")),
