@@ -320,7 +320,7 @@ fn through_litellm_an_outage_parks_runs_and_resume_completes_them() {
 
     // The proxy is killed while it works on a call: the reset connection
     // and the refused retries outlast the 3 s window, and the run parks.
-    let mut child = keel(d)
+    let child = keel(d)
         .args([
             "run",
             "--config",
