@@ -54,25 +54,10 @@ pub enum StoreError {
     Refused(String),
     #[error("stored row is not valid: {0}")]
     BadRow(String),
-    #[error("sqlite: {0}")]
-    Sqlite(rusqlite::Error),
-}
-
-impl From<rusqlite::Error> for StoreError {
-    fn from(e: rusqlite::Error) -> Self {
-        use rusqlite::ffi::ErrorCode;
-        if let rusqlite::Error::SqliteFailure(f, _) = &e {
-            match f.code {
-                ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked => {
-                    return StoreError::Locked {
-                        waited_ms: super::BUSY_TIMEOUT_MS,
-                    }
-                }
-                ErrorCode::DiskFull => return StoreError::DiskFull,
-                ErrorCode::ReadOnly => return StoreError::ReadOnly,
-                _ => {}
-            }
-        }
-        StoreError::Sqlite(e)
-    }
+    /// Any other error of the engine underneath, with its source.
+    #[error("{engine}: {source}")]
+    Backend {
+        engine: &'static str,
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
 }

@@ -4,7 +4,8 @@
 //! cache (a hash of its text, and a reset and clear on return) per row.
 
 use super::rows::{APPROVAL_COLUMNS, RUN_COLUMNS, STEP_COLUMNS};
-use super::{EncodedEvent, Prepared, StoreError, Transition, Write, Written};
+use super::{EncodedEvent, Prepared, Write, Written};
+use crate::store::{StoreError, Transition};
 use crate::types::Run;
 use rusqlite::{params, CachedStatement, Connection, OptionalExtension};
 use std::sync::LazyLock;
@@ -287,16 +288,16 @@ impl<'c> Statements<'c> {
 pub(super) fn nothing_written(w: &Write, e: &StoreError) -> bool {
     match (w, e) {
         (Write::Transition(_), StoreError::Conflict { .. } | StoreError::RunNotFound(_)) => true,
-        (
-            Write::Create { .. },
-            StoreError::Sqlite(rusqlite::Error::SqliteFailure(
+        (Write::Create { .. }, StoreError::Backend { source, .. }) => matches!(
+            source.downcast_ref::<rusqlite::Error>(),
+            Some(rusqlite::Error::SqliteFailure(
                 rusqlite::ffi::Error {
                     code: rusqlite::ffi::ErrorCode::ConstraintViolation,
                     ..
                 },
                 _,
-            )),
-        ) => true,
+            ))
+        ),
         _ => false,
     }
 }

@@ -11,7 +11,8 @@
 //! which is what the queue would have made it wait for anyway; as soon as
 //! two writes meet, they queue and the writer thread groups them.
 
-use super::{Committed, NewEvent, Prepared, Store, StoreError, Transition, Write, Written};
+use super::{Prepared, Store, Write, Written};
+use crate::store::{Committed, NewEvent, StoreError, Transition};
 use crate::types::{Run, Step};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard, TryLockError};

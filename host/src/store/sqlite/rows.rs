@@ -3,7 +3,8 @@
 //! very image it bound with the same code a fresh load uses, so its cached
 //! copy always equals what a reload would return.
 
-use super::error::StoreError;
+use super::Event;
+use crate::store::StoreError;
 use crate::types::*;
 use rusqlite::Row;
 
@@ -236,18 +237,6 @@ pub fn read_run(row: &Row<'_>) -> Result<Run, StoreError> {
         retry_at: row.get(15)?,
         id: id.clone(),
     })
-}
-
-/// One stored event.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Event {
-    pub seq: i64,
-    pub run_id: String,
-    pub step_index: Option<u32>,
-    pub kind: String,
-    /// JSON text.
-    pub data: String,
-    pub at: i64,
 }
 
 pub fn read_event(row: &Row<'_>) -> rusqlite::Result<Event> {

@@ -1,0 +1,901 @@
+//! The SQLite engine: one file in WAL mode.
+//!
+//! Every state transition of a run is one transaction that also inserts its
+//! events, and every write is a compare-and-set on the run's status and lease
+//! owner. Writers sync every commit (`synchronous=FULL` by default). Operator
+//! tools open the file read-only: that never migrates and never writes.
+
+mod apply;
+mod errors;
+mod rows;
+mod schema;
+mod writer;
+
+pub use rows::{ApprovalRow, StepRow};
+pub use schema::{CURRENT_VERSION, MIGRATIONS};
+pub use writer::{StoreHandle, WriterStats, WRITER_THREAD};
+
+use super::{lease, Committed, Event, NewEvent, StoreError, StoredModelCall, Transition};
+use crate::types::*;
+use rows::{read_event, read_run, APPROVAL_COLUMNS, RUN_COLUMNS, STEP_COLUMNS};
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension, TransactionBehavior};
+use std::path::Path;
+use std::time::Duration;
+
+/// How long a writer waits for another writer's lock before giving up.
+pub const BUSY_TIMEOUT_MS: u64 = 5_000;
+
+/// WAL pages (4 KiB each: 64 MiB) after which a commit copies the log back
+/// into the database file. SQLite's default, 1,000 pages, checkpointed
+/// every ~160 runs of the fan-out: each checkpoint copies every page the
+/// log holds and syncs the file, and a run's pages are rewritten many
+/// times between two checkpoints. Fewer, larger checkpoints copy each page
+/// once for many commits: 6-7% off the fan-out's wall time
+/// (BENCHMARKS.md). The price is a log of up to this size on disk, read
+/// once when a store is opened after a crash.
+pub const WAL_CHECKPOINT_PAGES: u32 = 16_000;
+
+/// How commits reach the disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Sync {
+    /// Every commit is synced: a transition that returned survives power loss.
+    #[default]
+    Full,
+    /// WAL default: survives a crash of the process, may lose the last
+    /// commits on power loss. Only for benchmarks and tests.
+    Normal,
+}
+
+/// A handle on the store file.
+pub struct Store {
+    conn: Connection,
+    path: String,
+    read_only: bool,
+}
+
+/// An event whose data is already JSON text.
+#[derive(Debug, Clone)]
+pub struct EncodedEvent {
+    pub step_index: Option<u32>,
+    pub kind: &'static str,
+    pub data: String,
+}
+
+impl From<&NewEvent> for EncodedEvent {
+    fn from(e: &NewEvent) -> Self {
+        EncodedEvent {
+            step_index: e.step_index,
+            kind: e.kind,
+            // Straight into a byte buffer: `Display` goes through a
+            // formatter adapter, twice the cost for the same text.
+            data: rows::json(&e.data),
+        }
+    }
+}
+
+fn encode(events: &[NewEvent]) -> Vec<EncodedEvent> {
+    events.iter().map(EncodedEvent::from).collect()
+}
+
+/// A write with its rows and events already encoded. [`StoreHandle`]
+/// prepares writes on the caller's thread, and turns what the writer
+/// reports back into a [`Committed`] there too ([`Prepared::committed`]),
+/// so that the writer thread, which every run in the process waits on,
+/// only binds and steps statements.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    write: Write,
+    /// The run's limits as JSON.
+    limits: String,
+    step_rows: Vec<StepRow>,
+    approval_rows: Vec<ApprovalRow>,
+    events: Vec<EncodedEvent>,
+    /// The rows above, decoded back: what the caller's cache will hold.
+    steps: Vec<Step>,
+    approvals: Vec<Approval>,
+}
+
+impl Prepared {
+    /// Encodes `write`, and decodes its rows back before anything is
+    /// written, so that a row that would not load again is refused here.
+    pub fn new(mut write: Write) -> Result<Prepared, StoreError> {
+        let events = match &mut write {
+            Write::Create { events, .. } => std::mem::take(events),
+            Write::Transition(t) => std::mem::take(&mut t.events),
+        };
+        let (run, steps, approvals) = match &write {
+            Write::Create { run, steps, .. } => (run, &steps[..], &[][..]),
+            Write::Transition(t) => (&t.run, &t.steps[..], &t.approvals[..]),
+        };
+        let step_rows: Vec<StepRow> = steps.iter().map(|s| StepRow::encode(&run.id, s)).collect();
+        let approval_rows: Vec<ApprovalRow> = approvals.iter().map(ApprovalRow::encode).collect();
+        Ok(Prepared {
+            limits: limits_json(&run.limits),
+            steps: step_rows
+                .iter()
+                .map(StepRow::decode)
+                .collect::<Result<_, _>>()?,
+            approvals: approval_rows
+                .iter()
+                .map(ApprovalRow::decode)
+                .collect::<Result<_, _>>()?,
+            step_rows,
+            approval_rows,
+            events: encode(&events),
+            write,
+        })
+    }
+
+    /// What this write committed, given what its statements reported.
+    pub fn committed(self, written: Written) -> Committed {
+        let run = match self.write {
+            Write::Create { run, .. } => run,
+            Write::Transition(t) => t.run,
+        };
+        let events = self
+            .events
+            .into_iter()
+            .zip(written.seqs)
+            .map(|(e, seq)| Event {
+                seq,
+                run_id: run.id.clone(),
+                step_index: e.step_index,
+                kind: e.kind.to_string(),
+                data: e.data,
+                at: run.updated_at,
+            })
+            .collect();
+        Committed {
+            run,
+            steps: self.steps,
+            approvals: self.approvals,
+            events,
+        }
+    }
+}
+
+/// `limits` as JSON. A run's limits go with every one of its writes and
+/// seldom differ from the thread's previous write's, so the last encoding
+/// is kept and reused while they are equal (serializing them was ~0.75%
+/// of the fan-out's CPU).
+fn limits_json(limits: &Limits) -> String {
+    thread_local! {
+        static LAST: std::cell::RefCell<Option<(Limits, String)>> =
+            const { std::cell::RefCell::new(None) };
+    }
+    LAST.with(|last| {
+        let mut last = last.borrow_mut();
+        if let Some((l, json)) = last.as_ref() {
+            if l == limits {
+                return json.clone();
+            }
+        }
+        let json = rows::json(limits);
+        *last = Some((limits.clone(), json.clone()));
+        json
+    })
+}
+
+/// What a write's statements produced that its caller could not know
+/// beforehand: the sequence numbers of its events, in order.
+#[derive(Debug)]
+pub struct Written {
+    seqs: Vec<i64>,
+}
+
+/// A write the store's writer thread may commit in a group with others.
+#[derive(Debug, Clone)]
+pub enum Write {
+    /// A new run, perhaps with its first step started, and its first
+    /// events ([`Store::create_run`]).
+    Create {
+        run: Run,
+        steps: Vec<Step>,
+        events: Vec<NewEvent>,
+    },
+    Transition(Transition),
+}
+
+impl Store {
+    /// Opens (creating and migrating as needed) a store for writing.
+    pub fn open(path: impl AsRef<Path>, sync: Sync) -> Result<Store, StoreError> {
+        let p = path.as_ref();
+        let path_s = p.display().to_string();
+        probe_writable(p)?;
+        let conn = Connection::open_with_flags(
+            p,
+            OpenFlags::SQLITE_OPEN_READ_WRITE
+                | OpenFlags::SQLITE_OPEN_CREATE
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(|e| classify_open(&path_s, e))?;
+        let mut store = Store {
+            conn,
+            path: path_s,
+            read_only: false,
+        };
+        // Processes opening a new store at once contend for the switch to
+        // WAL and for the migration, and SQLite answers some of those
+        // contentions with an immediate "busy" that no busy handler waits
+        // out: try again, within the same time a writer waits for a lock.
+        let started = std::time::Instant::now();
+        let mut pause = Duration::from_millis(2);
+        loop {
+            match store.configure_writer(sync).and_then(|()| store.migrate()) {
+                Err(StoreError::Locked { .. })
+                    if started.elapsed() < Duration::from_millis(BUSY_TIMEOUT_MS) =>
+                {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(50));
+                }
+                other => return other.map(|()| store),
+            }
+        }
+    }
+
+    /// A private in-memory store (tests, benchmarks, the fan-out comparison).
+    pub fn open_in_memory() -> Result<Store, StoreError> {
+        let conn = Connection::open_in_memory()?;
+        let mut store = Store {
+            conn,
+            path: ":memory:".into(),
+            read_only: false,
+        };
+        store
+            .conn
+            .busy_timeout(Duration::from_millis(BUSY_TIMEOUT_MS))?;
+        store.migrate()?;
+        Ok(store)
+    }
+
+    /// Opens an existing store for reading only: never creates, migrates or
+    /// writes. A store with a newer schema is still readable if it can be
+    /// decoded, but a foreign or corrupt file is refused.
+    pub fn open_read_only(path: impl AsRef<Path>) -> Result<Store, StoreError> {
+        let p = path.as_ref();
+        let path_s = p.display().to_string();
+        if !p.exists() {
+            return Err(StoreError::Missing { path: path_s });
+        }
+        if p.is_dir() {
+            return Err(StoreError::Unusable {
+                path: path_s,
+                why: "it is a directory, not a store file".into(),
+            });
+        }
+        let conn = Connection::open_with_flags(
+            p,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(|e| classify_open(&path_s, e))?;
+        conn.busy_timeout(Duration::from_millis(BUSY_TIMEOUT_MS))?;
+        let store = Store {
+            conn,
+            path: path_s,
+            read_only: true,
+        };
+        let (app, version) = store.identity()?;
+        if version == 0 {
+            return Err(StoreError::Uninitialised {
+                path: store.path.clone(),
+            });
+        }
+        if app != schema::APPLICATION_ID {
+            return Err(StoreError::Foreign {
+                path: store.path.clone(),
+                found: app,
+            });
+        }
+        if version > CURRENT_VERSION {
+            return Err(StoreError::TooNew {
+                path: store.path.clone(),
+                found: version,
+                supported: CURRENT_VERSION,
+            });
+        }
+        Ok(store)
+    }
+
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    fn configure_writer(&mut self, sync: Sync) -> Result<(), StoreError> {
+        self.conn
+            .busy_timeout(Duration::from_millis(BUSY_TIMEOUT_MS))?;
+        // The first statement that reads the file tells a corrupt file apart.
+        let mode: String = self
+            .conn
+            .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
+            .map_err(|e| classify_open(&self.path, e))?;
+        if mode != "wal" && self.path != ":memory:" {
+            return Err(StoreError::Refused(format!(
+                "{}: cannot switch to WAL mode (got {mode})",
+                self.path
+            )));
+        }
+        let sync = match sync {
+            Sync::Full => "FULL",
+            Sync::Normal => "NORMAL",
+        };
+        self.conn.execute_batch(&format!(
+            "PRAGMA synchronous={sync}; PRAGMA foreign_keys=ON;
+             PRAGMA wal_autocheckpoint={WAL_CHECKPOINT_PAGES};
+             PRAGMA journal_size_limit={};",
+            WAL_CHECKPOINT_PAGES as u64 * 4096
+        ))?;
+        self.conn.set_prepared_statement_cache_capacity(64);
+        Ok(())
+    }
+
+    fn identity(&self) -> Result<(i64, i64), StoreError> {
+        let app: i64 = self
+            .conn
+            .query_row("PRAGMA application_id", [], |r| r.get(0))
+            .map_err(|e| classify_open(&self.path, e))?;
+        let version: i64 = self
+            .conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        Ok((app, version))
+    }
+
+    /// Creates or migrates the schema. The version is read inside the
+    /// write transaction that migrates, so that processes opening a new
+    /// store at once serialise on its lock: the first migrates, the others
+    /// then read the version it wrote and find nothing to do.
+    fn migrate(&mut self) -> Result<(), StoreError> {
+        let (_, version) = self.identity()?;
+        if version == CURRENT_VERSION {
+            return self.check_identity();
+        }
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let app: i64 = tx.query_row("PRAGMA application_id", [], |r| r.get(0))?;
+        let version: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        if version > CURRENT_VERSION {
+            return Err(StoreError::TooNew {
+                path: self.path.clone(),
+                found: version,
+                supported: CURRENT_VERSION,
+            });
+        }
+        let has_tables: i64 =
+            tx.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))?;
+        if app != schema::APPLICATION_ID && (version != 0 || has_tables != 0) {
+            return Err(StoreError::Foreign {
+                path: self.path.clone(),
+                found: app,
+            });
+        }
+        if version == CURRENT_VERSION {
+            return Ok(()); // another process migrated it meanwhile
+        }
+        for (i, m) in schema::MIGRATIONS.iter().enumerate().skip(version as usize) {
+            tx.execute_batch(m)?;
+            tx.pragma_update(None, "user_version", (i + 1) as i64)?;
+        }
+        tx.pragma_update(None, "application_id", schema::APPLICATION_ID)?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// A store already at the current version must still be Keel's.
+    fn check_identity(&self) -> Result<(), StoreError> {
+        let (app, _) = self.identity()?;
+        if app != schema::APPLICATION_ID {
+            return Err(StoreError::Foreign {
+                path: self.path.clone(),
+                found: app,
+            });
+        }
+        Ok(())
+    }
+
+    fn writable(&self) -> Result<(), StoreError> {
+        if self.read_only {
+            Err(StoreError::ReadOnly)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Inserts a new run (status `running`, leased to `run.lease_owner`) with
+    /// its `run.started` event.
+    pub fn create_run(
+        &mut self,
+        run: &Run,
+        events: Vec<NewEvent>,
+    ) -> Result<Committed, StoreError> {
+        self.commit_prepared_one(Prepared::new(Write::Create {
+            run: run.clone(),
+            steps: vec![],
+            events,
+        })?)
+    }
+
+    /// Applies one transition in its own transaction.
+    pub fn commit(&mut self, t: Transition) -> Result<Committed, StoreError> {
+        self.commit_prepared_one(Prepared::new(Write::Transition(t))?)
+    }
+
+    /// Applies many runs' writes in one transaction (group commit): one
+    /// sync covers them all, and each keeps its own compare-and-set. A
+    /// write's first statement is its compare-and-set (or, for a new run,
+    /// its insert), so a write that fails there has written nothing and the
+    /// others go on. Should a write fail later, part-way through, the group
+    /// is rolled back and committed again one write per transaction, so
+    /// that only the faulty write fails.
+    pub fn commit_group(
+        &mut self,
+        ws: Vec<Write>,
+    ) -> Result<Vec<Result<Committed, StoreError>>, StoreError> {
+        let prepared: Vec<Result<Prepared, StoreError>> =
+            ws.into_iter().map(Prepared::new).collect();
+        let ready: Vec<&Prepared> = prepared.iter().filter_map(|p| p.as_ref().ok()).collect();
+        let mut written = self.write_group(&ready)?.into_iter();
+        Ok(prepared
+            .into_iter()
+            .map(|p| {
+                let p = p?;
+                let w = written.next().ok_or_else(|| {
+                    StoreError::Refused("a group write returned too few results".into())
+                })??;
+                Ok(p.committed(w))
+            })
+            .collect())
+    }
+
+    /// The statements of a group commit ([`Store::commit_group`]), without
+    /// building the results (the writer thread leaves that to each caller).
+    pub(crate) fn write_group(
+        &mut self,
+        ws: &[&Prepared],
+    ) -> Result<Vec<Result<Written, StoreError>>, StoreError> {
+        self.writable()?;
+        match self.try_group(ws) {
+            Ok(out) => Ok(out),
+            Err(_) => Ok(ws.iter().map(|w| self.write_one(w)).collect()),
+        }
+    }
+
+    fn try_group(
+        &mut self,
+        ws: &[&Prepared],
+    ) -> Result<Vec<Result<Written, StoreError>>, StoreError> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut out = Vec::with_capacity(ws.len());
+        {
+            let mut stmts = apply::Statements::new(&tx);
+            for w in ws {
+                match stmts.write(w) {
+                    Ok(c) => out.push(Ok(c)),
+                    Err(e) if apply::nothing_written(&w.write, &e) => out.push(Err(e)),
+                    Err(e) => return Err(e), // dropping `tx` rolls the group back
+                }
+            }
+        }
+        tx.commit()?;
+        Ok(out)
+    }
+
+    /// Commits one prepared write in its own transaction.
+    fn commit_prepared_one(&mut self, w: Prepared) -> Result<Committed, StoreError> {
+        let written = self.write_prepared_one(&w)?;
+        Ok(w.committed(written))
+    }
+
+    /// The statements of [`Store::commit_prepared_one`].
+    pub(crate) fn write_prepared_one(&mut self, w: &Prepared) -> Result<Written, StoreError> {
+        self.writable()?;
+        self.write_one(w)
+    }
+
+    fn write_one(&mut self, w: &Prepared) -> Result<Written, StoreError> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let done = apply::Statements::new(&tx).write(w)?;
+        tx.commit()?;
+        Ok(done)
+    }
+
+    pub fn get_run(&self, id: &str) -> Result<Option<Run>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE id=?1"))?;
+        let mut rows = stmt.query([id])?;
+        match rows.next()? {
+            Some(r) => Ok(Some(read_run(r)?)),
+            None => Ok(None),
+        }
+    }
+
+    pub fn run(&self, id: &str) -> Result<Run, StoreError> {
+        self.get_run(id)?
+            .ok_or_else(|| StoreError::RunNotFound(id.to_string()))
+    }
+
+    /// Runs, newest first.
+    pub fn list_runs(&self, status: Option<RunStatus>, limit: u32) -> Result<Vec<Run>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {RUN_COLUMNS} FROM runs WHERE (?1 IS NULL OR status=?1) ORDER BY created_at DESC, id DESC LIMIT ?2"
+        ))?;
+        let mut rows = stmt.query(params![status.map(|s| s.as_str()), limit])?;
+        let mut out = Vec::new();
+        while let Some(r) = rows.next()? {
+            out.push(read_run(r)?);
+        }
+        Ok(out)
+    }
+
+    pub fn step_rows(&self, run_id: &str) -> Result<Vec<StepRow>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {STEP_COLUMNS} FROM steps WHERE run_id=?1 ORDER BY idx"
+        ))?;
+        let rows = stmt.query_map([run_id], StepRow::read)?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    }
+
+    pub fn load_steps(&self, run_id: &str) -> Result<Vec<Step>, StoreError> {
+        self.step_rows(run_id)?
+            .iter()
+            .map(StepRow::decode)
+            .collect()
+    }
+
+    pub fn approval_rows(&self, run_id: &str) -> Result<Vec<ApprovalRow>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {APPROVAL_COLUMNS} FROM approvals WHERE run_id=?1 ORDER BY created_at, id"
+        ))?;
+        let rows = stmt.query_map([run_id], ApprovalRow::read)?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    }
+
+    pub fn load_approvals(&self, run_id: &str) -> Result<Vec<Approval>, StoreError> {
+        self.approval_rows(run_id)?
+            .iter()
+            .map(ApprovalRow::decode)
+            .collect()
+    }
+
+    pub fn approval(&self, id: &str) -> Result<Approval, StoreError> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {APPROVAL_COLUMNS} FROM approvals WHERE id=?1"
+        ))?;
+        let row = stmt.query_row([id], ApprovalRow::read).optional()?;
+        row.ok_or_else(|| StoreError::ApprovalNotFound(id.to_string()))?
+            .decode()
+    }
+
+    /// Events with a sequence number above `after`, oldest first; all runs'
+    /// when `run_id` is `None`. Followers poll this.
+    pub fn events_after(
+        &self,
+        run_id: Option<&str>,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<Event>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT seq, run_id, step_idx, kind, data, at FROM events
+             WHERE seq > ?1 AND (?2 IS NULL OR run_id = ?2) ORDER BY seq LIMIT ?3",
+        )?;
+        let rows = stmt.query_map(params![after, run_id, limit], read_event)?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    }
+
+    /// A run's model calls (every attempt, refused ones included), in order.
+    pub fn model_calls(&self, run_id: &str) -> Result<Vec<StoredModelCall>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT step_idx, provider, prompt_tokens, completion_tokens, outcome, error, latency_ms, at
+             FROM model_calls WHERE run_id=?1 ORDER BY id",
+        )?;
+        let rows = stmt.query_map([run_id], |r| {
+            Ok(StoredModelCall {
+                step_index: r.get(0)?,
+                provider: r.get(1)?,
+                prompt_tokens: r.get(2)?,
+                completion_tokens: r.get(3)?,
+                outcome: r.get(4)?,
+                error: r.get(5)?,
+                latency_ms: r.get(6)?,
+                at: r.get(7)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    }
+
+    /// Number of model calls recorded for a run.
+    pub fn model_call_count(&self, run_id: &str) -> Result<u32, StoreError> {
+        Ok(self.conn.query_row(
+            "SELECT count(*) FROM model_calls WHERE run_id=?1",
+            [run_id],
+            |r| r.get(0),
+        )?)
+    }
+
+    /// Takes the run's lease for `owner` if nobody holds it, it is `owner`'s,
+    /// or it expired (recorded as a `lease.taken_over` event).
+    pub fn acquire_lease(
+        &mut self,
+        run_id: &str,
+        owner: &str,
+        now: i64,
+        ttl_ms: i64,
+    ) -> Result<Run, StoreError> {
+        self.acquire_lease_as(run_id, owner, now, ttl_ms, None)
+    }
+
+    /// [`Store::acquire_lease`], also taking a live lease at once when its
+    /// holder is provably gone (a process of this host that no longer
+    /// runs), or when `take_over` names the operator who forces it. Either
+    /// is recorded in the `lease.taken_over` event with why and by whom. A
+    /// terminal run's lease is never taken: its state is final.
+    pub fn acquire_lease_as(
+        &mut self,
+        run_id: &str,
+        owner: &str,
+        now: i64,
+        ttl_ms: i64,
+        take_over: Option<&str>,
+    ) -> Result<Run, StoreError> {
+        self.writable()?;
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let run = {
+            let mut stmt =
+                tx.prepare_cached(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE id=?1"))?;
+            let mut rows = stmt.query([run_id])?;
+            match rows.next()? {
+                Some(r) => read_run(r)?,
+                None => return Err(StoreError::RunNotFound(run_id.to_string())),
+            }
+        };
+        if run.status.is_terminal() {
+            return Err(StoreError::Terminal {
+                run_id: run_id.into(),
+                status: run.status,
+            });
+        }
+        let mut events = Vec::new();
+        match (&run.lease_owner, run.lease_expires) {
+            (Some(o), Some(exp)) if o != owner && exp > now => {
+                let why = match take_over {
+                    Some(by) => Some(serde_json::json!({ "why": "operator", "by": by })),
+                    None if lease::holder_gone(o) => {
+                        Some(serde_json::json!({ "why": "holder_gone" }))
+                    }
+                    None => None,
+                };
+                let Some(mut why) = why else {
+                    return Err(StoreError::Leased {
+                        run_id: run_id.into(),
+                        owner: o.clone(),
+                        expires: exp,
+                    });
+                };
+                why["from"] = serde_json::json!(o);
+                why["to"] = serde_json::json!(owner);
+                why["expires_at"] = serde_json::json!(exp);
+                events.push(NewEvent::new("lease.taken_over", None, why));
+            }
+            (Some(o), _) if o != owner => events.push(NewEvent::new(
+                "lease.taken_over",
+                None,
+                serde_json::json!({ "from": o, "to": owner, "why": "expired", "expired_at": run.lease_expires }),
+            )),
+            _ => {}
+        }
+        let n = tx
+            .prepare_cached(
+                "UPDATE runs SET lease_owner=?2, lease_expires=?3 WHERE id=?1 AND lease_owner IS ?4 AND status=?5",
+            )?
+            .execute(params![run_id, owner, now + ttl_ms, run.lease_owner, run.status.as_str()])?;
+        if n != 1 {
+            return Err(StoreError::Refused(format!(
+                "run {run_id}: lease changed while taking it"
+            )));
+        }
+        apply::insert_events(&tx, run_id, now, &encode(&events))?;
+        tx.commit()?;
+        let mut run = run;
+        run.lease_owner = Some(owner.to_string());
+        run.lease_expires = Some(now + ttl_ms);
+        Ok(run)
+    }
+
+    /// Extends `owner`'s lease. `false` when it no longer holds it.
+    pub fn heartbeat(
+        &mut self,
+        run_id: &str,
+        owner: &str,
+        now: i64,
+        ttl_ms: i64,
+    ) -> Result<bool, StoreError> {
+        self.writable()?;
+        let n = self
+            .conn
+            .prepare_cached("UPDATE runs SET lease_expires=?3 WHERE id=?1 AND lease_owner=?2")?
+            .execute(params![run_id, owner, now + ttl_ms])?;
+        Ok(n == 1)
+    }
+
+    /// Gives the lease up (the loop returns: paused, finished or stopped).
+    pub fn release_lease(&mut self, run_id: &str, owner: &str) -> Result<(), StoreError> {
+        self.writable()?;
+        self.conn
+            .prepare_cached("UPDATE runs SET lease_owner=NULL, lease_expires=NULL WHERE id=?1 AND lease_owner=?2")?
+            .execute(params![run_id, owner])?;
+        Ok(())
+    }
+
+    /// Cancels a run from any process, settling the step it is in and
+    /// closing its pending approvals in the same transaction (the rules are
+    /// [`crate::driver::operator`]'s). A live loop stops at once, or when
+    /// its executing tool returns, and records that tool's result.
+    pub fn cancel(&mut self, run_id: &str, who: &str, now: i64) -> Result<Run, StoreError> {
+        self.writable()?;
+        crate::driver::operator::cancel(self, run_id, who, now)
+    }
+
+    /// Records an operator's approval or denial of a pending approval. The
+    /// run is left paused; `resume` acts on it.
+    pub fn decide_approval(
+        &mut self,
+        approval_id: &str,
+        approve: bool,
+        who: &str,
+        note: Option<&str>,
+        now: i64,
+    ) -> Result<Approval, StoreError> {
+        self.writable()?;
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let row = tx
+            .prepare_cached(&format!(
+                "SELECT {APPROVAL_COLUMNS} FROM approvals WHERE id=?1"
+            ))?
+            .query_row([approval_id], ApprovalRow::read)
+            .optional()?
+            .ok_or_else(|| StoreError::ApprovalNotFound(approval_id.to_string()))?;
+        let a = row.decode()?;
+        if a.status != ApprovalStatus::Pending {
+            return Err(StoreError::Refused(format!(
+                "approval {approval_id} is not pending: it is {}",
+                a.status
+            )));
+        }
+        if let Some(exp) = a.expires_at {
+            if exp <= now {
+                return Err(StoreError::Refused(format!(
+                    "approval {approval_id} expired; resume the run to record the expiry"
+                )));
+            }
+        }
+        let status: String =
+            tx.query_row("SELECT status FROM runs WHERE id=?1", [&a.run_id], |r| {
+                r.get(0)
+            })?;
+        if status != RunStatus::WaitingForApproval.as_str() {
+            return Err(StoreError::Refused(format!(
+                "run {} is {status}, not waiting for approval",
+                a.run_id
+            )));
+        }
+        let new_status = if approve {
+            ApprovalStatus::Approved
+        } else {
+            ApprovalStatus::Denied
+        };
+        tx.prepare_cached(
+            "UPDATE approvals SET status=?2, decided_by=?3, note=?4, decided_at=?5 WHERE id=?1 AND status='pending'",
+        )?
+        .execute(params![approval_id, new_status.as_str(), who, note, now])?;
+        let kind = if approve {
+            "approval.approved"
+        } else {
+            "approval.denied"
+        };
+        apply::insert_events(
+            &tx,
+            &a.run_id,
+            now,
+            &encode(&[NewEvent::new(
+                kind,
+                Some(a.step_index),
+                serde_json::json!({ "approval": approval_id, "by": who, "note": note }),
+            )]),
+        )?;
+        tx.commit()?;
+        self.approval(approval_id)
+    }
+
+    /// Pending approvals of every run, oldest first.
+    pub fn pending_approvals(&self) -> Result<Vec<Approval>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {APPROVAL_COLUMNS} FROM approvals WHERE status='pending' ORDER BY created_at, id"
+        ))?;
+        let rows = stmt.query_map([], ApprovalRow::read)?;
+        rows.map(|r| r.map_err(StoreError::from).and_then(|r| r.decode()))
+            .collect()
+    }
+
+    /// Direct access for tests that tamper with rows.
+    #[doc(hidden)]
+    pub fn connection(&self) -> &Connection {
+        &self.conn
+    }
+}
+
+/// Says why `p` cannot be a writable store before SQLite tries: SQLite
+/// reports a directory, a read-only mount and a permission problem alike
+/// ("unable to open database file"), or silently opens a read-only file
+/// read-only. Creating the file here is what SQLite would do next.
+fn probe_writable(p: &Path) -> Result<(), StoreError> {
+    let unusable = |why: String| StoreError::Unusable {
+        path: p.display().to_string(),
+        why,
+    };
+    if p.is_dir() {
+        return Err(unusable("it is a directory, not a store file".into()));
+    }
+    let opened = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(p);
+    match opened {
+        Ok(_) => Ok(()),
+        Err(e) => Err(unusable(match e.kind() {
+            std::io::ErrorKind::PermissionDenied => "permission denied".into(),
+            std::io::ErrorKind::ReadOnlyFilesystem => "it is on a read-only file system".into(),
+            std::io::ErrorKind::NotFound => "its folder does not exist".into(),
+            std::io::ErrorKind::IsADirectory => "it is a directory, not a store file".into(),
+            _ => e.to_string(),
+        })),
+    }
+}
+
+fn classify_open(path: &str, e: rusqlite::Error) -> StoreError {
+    use rusqlite::ffi::ErrorCode;
+    if let rusqlite::Error::SqliteFailure(f, msg) = &e {
+        match f.code {
+            ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt => {
+                return StoreError::Corrupt {
+                    path: path.to_string(),
+                    detail: msg.clone().unwrap_or_default(),
+                }
+            }
+            ErrorCode::CannotOpen => {
+                return StoreError::Refused(format!(
+                    "{path}: cannot open ({})",
+                    msg.clone().unwrap_or_default()
+                ))
+            }
+            _ => {}
+        }
+    }
+    StoreError::from(e)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reused_limits_json_always_matches_the_limits_at_hand() {
+        let a = Limits::default();
+        let b = Limits {
+            max_steps: 7,
+            ..Limits::default()
+        };
+        for l in [&a, &a, &b, &b, &a, &b] {
+            assert_eq!(limits_json(l), rows::json(l));
+        }
+    }
+}
