@@ -161,9 +161,17 @@ fn bare_step(store: &mut Store, run: &mut Run, i: u32) {
         run,
         vec![executing],
         vec![
-            event("step.decided", i, decision),
-            event("step.verdict", i, serde_json::json!({ "verdict": "allow" })),
-            event("step.executing", i, serde_json::json!({ "tool": "echo" })),
+            event(keel::EventKind::StepDecided, i, decision),
+            event(
+                keel::EventKind::StepVerdict,
+                i,
+                serde_json::json!({ "verdict": "allow" }),
+            ),
+            event(
+                keel::EventKind::StepExecuting,
+                i,
+                serde_json::json!({ "tool": "echo" }),
+            ),
         ],
     );
     run.step_count = i + 2;
@@ -173,11 +181,11 @@ fn bare_step(store: &mut Store, run: &mut Run, i: u32) {
         vec![done, next],
         vec![
             event(
-                "step.done",
+                keel::EventKind::StepDone,
                 i,
                 serde_json::json!({ "observation": observation }),
             ),
-            event("step.started", i + 1, serde_json::json!({})),
+            event(keel::EventKind::StepStarted, i + 1, serde_json::json!({})),
         ],
     );
 }

@@ -193,7 +193,7 @@ impl EventSink {
             .map(|p| match p {
                 Pending::Event(e) => e,
                 Pending::Log(l) => crate::store::NewEvent::new(
-                    "plugin.log",
+                    EventKind::PluginLog,
                     l.step,
                     serde_json::json!({ "plugin": &*l.plugin, "level": l.level, "message": l.message }),
                 ),

@@ -62,6 +62,56 @@ spelled_enum! {
     }
 }
 
+spelled_enum! {
+    /// Why a run is where it is: why it ended, or why it is parked.
+    pub enum RunReason {
+        Completed = "completed",
+        AgentFailed = "agent_failed",
+        AgentError = "agent_error",
+        AgentTrapped = "agent_trapped",
+        PolicyAbort = "policy_abort",
+        PolicyError = "policy_error",
+        PolicyTrapped = "policy_trapped",
+        OperatorCancelled = "operator_cancelled",
+        LimitSteps = "limit_steps",
+        LimitConsecutiveFailures = "limit_consecutive_failures",
+        LimitIdenticalCalls = "limit_identical_calls",
+        LimitDeadline = "limit_deadline",
+        LimitModelCalls = "limit_model_calls",
+        LimitTokens = "limit_tokens",
+        /// Parked: the model server stayed unavailable through the retries.
+        ModelUnavailable = "model_unavailable",
+    }
+}
+
+spelled_enum! {
+    /// What an event in a run's journal records.
+    pub enum EventKind {
+        RunStarted = "run.started",
+        RunPaused = "run.paused",
+        RunResumed = "run.resumed",
+        RunParked = "run.parked",
+        RunCompleted = "run.completed",
+        RunFailed = "run.failed",
+        RunCancelled = "run.cancelled",
+        StepStarted = "step.started",
+        StepDecided = "step.decided",
+        StepVerdict = "step.verdict",
+        StepExecuting = "step.executing",
+        StepInterrupted = "step.interrupted",
+        StepDone = "step.done",
+        ApprovalRequested = "approval.requested",
+        ApprovalApproved = "approval.approved",
+        ApprovalDenied = "approval.denied",
+        ApprovalExpired = "approval.expired",
+        ApprovalCancelled = "approval.cancelled",
+        LeaseTakenOver = "lease.taken_over",
+        ModelCalled = "model.called",
+        PluginLog = "plugin.log",
+        PluginLogsDropped = "plugin.logs_dropped",
+    }
+}
+
 impl RunStatus {
     pub fn is_terminal(self) -> bool {
         matches!(
@@ -275,9 +325,8 @@ pub struct Run {
     pub id: String,
     pub goal: String,
     pub status: RunStatus,
-    /// Why a terminal run ended (`completed`, `limit_steps`, `policy_abort`,
-    /// `operator_cancelled`, `agent_trapped`, ...).
-    pub reason: Option<String>,
+    /// Why a terminal run ended, or why it is parked.
+    pub reason: Option<RunReason>,
     /// JSON text of the result of a completed run.
     pub result: Option<String>,
     pub limits: Limits,

@@ -114,13 +114,27 @@ fn keel_events_lists_every_event_of_a_long_run() {
     let mut run = keel::Run::new("r", "g", Default::default(), 0);
     s.create_run(
         &run,
-        vec![NewEvent::new("run.started", None, serde_json::json!({}))],
+        vec![NewEvent::new(
+            keel::EventKind::RunStarted,
+            None,
+            serde_json::json!({}),
+        )],
     )
     .unwrap();
     let mut events: Vec<NewEvent> = (0..1303)
-        .map(|i| NewEvent::new("plugin.log", None, serde_json::json!({ "i": i })))
+        .map(|i| {
+            NewEvent::new(
+                keel::EventKind::PluginLog,
+                None,
+                serde_json::json!({ "i": i }),
+            )
+        })
         .collect();
-    events.push(NewEvent::new("run.completed", None, serde_json::json!({})));
+    events.push(NewEvent::new(
+        keel::EventKind::RunCompleted,
+        None,
+        serde_json::json!({}),
+    ));
     let expect = Expect {
         status: run.status,
         owner: None,

@@ -90,7 +90,13 @@ fn a_failed_member_of_a_group_rolls_back_alone() {
         r.lease_owner = Some("me".into());
         r
     };
-    let started = || vec![NewEvent::new("run.started", None, serde_json::json!({}))];
+    let started = || {
+        vec![NewEvent::new(
+            keel::EventKind::RunStarted,
+            None,
+            serde_json::json!({}),
+        )]
+    };
     let finish = |id: &str, owner: &str| {
         let mut r = run(id);
         r.status = RunStatus::Completed;
@@ -103,7 +109,11 @@ fn a_failed_member_of_a_group_rolls_back_alone() {
             run: r,
             steps: vec![],
             approvals: vec![],
-            events: vec![NewEvent::new("run.completed", None, serde_json::json!({}))],
+            events: vec![NewEvent::new(
+                keel::EventKind::RunCompleted,
+                None,
+                serde_json::json!({}),
+            )],
             model_calls: vec![],
         }
     };
@@ -161,7 +171,7 @@ fn a_write_failing_part_way_fails_alone_and_the_rest_of_its_group_commits() {
             steps: vec![],
             approvals,
             events: vec![NewEvent::new(
-                "step.started",
+                keel::EventKind::StepStarted,
                 Some(0),
                 serde_json::json!({}),
             )],

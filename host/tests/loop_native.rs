@@ -78,7 +78,7 @@ async fn invalid_decisions_become_observations_and_count_as_failures() {
     let out = rt.start("bad", limits, "{}", c).await.unwrap();
     assert_eq!(out.run.status, RunStatus::Failed);
     assert_eq!(
-        out.run.reason.as_deref(),
+        out.run.reason.map(|r| r.as_str()),
         Some("limit_consecutive_failures")
     );
     assert_eq!(*n.lock().unwrap(), 0, "no invalid call ran");
@@ -114,7 +114,7 @@ async fn deny_is_an_observation_and_abort_ends_the_run() {
     );
     let out = rt.start("x", Limits::default(), "{}", c).await.unwrap();
     assert_eq!(out.run.status, RunStatus::Failed);
-    assert_eq!(out.run.reason.as_deref(), Some("policy_abort"));
+    assert_eq!(out.run.reason.map(|r| r.as_str()), Some("policy_abort"));
     assert_eq!(*n.lock().unwrap(), 0);
     let seen = rig.agent_seen.lock().unwrap();
     assert!(
@@ -281,7 +281,7 @@ async fn limits_end_runs_with_their_reason() {
         )
         .await
         .unwrap();
-    assert_eq!(out.run.reason.as_deref(), Some("limit_steps"));
+    assert_eq!(out.run.reason.map(|r| r.as_str()), Some("limit_steps"));
     assert_eq!(out.run.step_count, 3);
 
     let same: Vec<Decision> = (0..10).map(|_| call("echo", r#"{"n":1}"#)).collect();
@@ -301,7 +301,10 @@ async fn limits_end_runs_with_their_reason() {
         )
         .await
         .unwrap();
-    assert_eq!(out.run.reason.as_deref(), Some("limit_identical_calls"));
+    assert_eq!(
+        out.run.reason.map(|r| r.as_str()),
+        Some("limit_identical_calls")
+    );
     assert_eq!(out.run.step_count, 3);
 }
 
@@ -371,7 +374,10 @@ async fn cancel_from_another_connection_stops_the_live_loop_at_its_next_write() 
     );
     let out = rt.start("x", Limits::default(), "{}", c).await.unwrap();
     assert_eq!(out.run.status, RunStatus::Cancelled);
-    assert_eq!(out.run.reason.as_deref(), Some("operator_cancelled"));
+    assert_eq!(
+        out.run.reason.map(|r| r.as_str()),
+        Some("operator_cancelled")
+    );
     let store = Store::open_read_only(&db).unwrap();
     assert_eq!(out.run.step_count, 1, "no step after the cancel");
     assert!(kinds(&store, &out.run.id).contains(&"run.cancelled".to_string()));
@@ -442,7 +448,7 @@ async fn the_wall_clock_deadline_ends_a_run_even_inside_a_slow_tool() {
     .unwrap();
     assert_eq!(out.run.status, RunStatus::Failed);
     assert_eq!(
-        out.run.reason.as_deref(),
+        out.run.reason.map(|r| r.as_str()),
         Some("limit_deadline"),
         "{:?}",
         out.run.result

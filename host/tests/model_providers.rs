@@ -437,7 +437,7 @@ async fn an_outage_parks_the_run_without_charging_it_and_resume_continues_it() {
     let out = rt.start("echo x", limits, "{}", consumers).await.unwrap();
     let run = &out.run;
     assert_eq!(run.status, RunStatus::Parked, "{run:?}");
-    assert_eq!(run.reason.as_deref(), Some("model_unavailable"));
+    assert_eq!(run.reason.map(|r| r.as_str()), Some("model_unavailable"));
     assert!(
         run.result.as_deref().unwrap_or("").contains("503"),
         "{run:?}"

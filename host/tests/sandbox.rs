@@ -98,7 +98,7 @@ async fn a_plugin_blocked_in_wasi_is_held_to_its_per_call_deadline() {
         return;
     };
     assert_eq!(out.run.status, RunStatus::Failed);
-    assert_eq!(out.run.reason.as_deref(), Some("agent_trapped"));
+    assert_eq!(out.run.reason.map(|r| r.as_str()), Some("agent_trapped"));
     assert!(
         out.run.result.as_deref().unwrap_or("").contains("deadline"),
         "{:?}",
@@ -144,7 +144,10 @@ async fn calls_past_the_model_limit_end_the_call_and_add_a_bounded_amount_to_the
         return;
     };
     assert_eq!(out.run.status, RunStatus::Failed);
-    assert_eq!(out.run.reason.as_deref(), Some("limit_model_calls"));
+    assert_eq!(
+        out.run.reason.map(|r| r.as_str()),
+        Some("limit_model_calls")
+    );
     let s = Store::open_read_only(&db).unwrap();
     assert_eq!(
         s.model_call_count(&out.run.id).unwrap(),

@@ -240,7 +240,7 @@ fn a_version_1_store_is_migrated_keeping_every_event_and_its_number() {
         .create_run(
             &run,
             vec![keel::store::NewEvent::new(
-                "run.started",
+                keel::EventKind::RunStarted,
                 None,
                 serde_json::json!({}),
             )],

@@ -380,7 +380,7 @@ async fn hostile_plugins_end_their_run_with_a_clear_reason_and_the_host_carries_
         };
         assert_eq!(out.run.status, RunStatus::Failed, "{mode}");
         assert_eq!(
-            out.run.reason.as_deref(),
+            out.run.reason.map(|r| r.as_str()),
             Some(reason),
             "{mode}: {:?}",
             out.run.result
@@ -411,7 +411,7 @@ async fn bad_output_log_floods_and_model_floods_are_contained() {
     };
     assert_eq!(out.run.status, RunStatus::Failed);
     assert_eq!(
-        out.run.reason.as_deref(),
+        out.run.reason.map(|r| r.as_str()),
         Some("limit_consecutive_failures"),
         "bad JSON is an invalid decision each time"
     );
@@ -428,7 +428,7 @@ async fn bad_output_log_floods_and_model_floods_are_contained() {
     .await
     .unwrap();
     assert_eq!(
-        out.run.reason.as_deref(),
+        out.run.reason.map(|r| r.as_str()),
         Some("limit_consecutive_failures")
     );
 
@@ -460,7 +460,10 @@ async fn bad_output_log_floods_and_model_floods_are_contained() {
     .await
     .unwrap();
     assert_eq!(out.run.status, RunStatus::Failed);
-    assert_eq!(out.run.reason.as_deref(), Some("limit_model_calls"));
+    assert_eq!(
+        out.run.reason.map(|r| r.as_str()),
+        Some("limit_model_calls")
+    );
     assert_eq!(out.run.model_calls, 25);
     assert_eq!(
         store.model_call_count(&out.run.id).unwrap(),

@@ -284,7 +284,7 @@ pub async fn run(opts: &FanoutOptions) -> anyhow::Result<FanoutReport> {
         bail!(
             "the warm-up run ended {} ({})",
             out.run.status,
-            out.run.reason.unwrap_or_default()
+            out.run.reason.map(|r| r.as_str()).unwrap_or("-")
         );
     }
     let before = handle.stats();
@@ -321,7 +321,7 @@ pub async fn run(opts: &FanoutOptions) -> anyhow::Result<FanoutReport> {
                             "run {} ended {}: {}",
                             o.run.id,
                             o.run.status,
-                            o.run.reason.unwrap_or_default()
+                            o.run.reason.map(|r| r.as_str()).unwrap_or("-")
                         ));
                     }
                     Err(e) => {

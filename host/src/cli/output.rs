@@ -91,7 +91,7 @@ pub fn print_outcome(o: &Outcome, json: bool) {
             say!(
                 "run {} parked ({}): {}",
                 r.id,
-                r.reason.as_deref().unwrap_or("-"),
+                r.reason.map(|r| r.as_str()).unwrap_or("-"),
                 r.result.as_deref().unwrap_or("")
             );
             say!(
@@ -108,7 +108,7 @@ pub fn print_outcome(o: &Outcome, json: bool) {
         (None, s) => say!(
             "run {} {s} ({}): {}",
             r.id,
-            r.reason.as_deref().unwrap_or("-"),
+            r.reason.map(|r| r.as_str()).unwrap_or("-"),
             r.result.as_deref().unwrap_or("")
         ),
     }

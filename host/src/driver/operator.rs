@@ -30,7 +30,7 @@ pub fn cancel_transition(
 ) -> Transition {
     let mut next = run.clone();
     next.status = RunStatus::Cancelled;
-    next.reason = Some("operator_cancelled".into());
+    next.reason = Some(RunReason::OperatorCancelled);
     next.result = Some(json!({ "error": format!("cancelled by {who}") }).to_string());
     next.updated_at = now;
     next.retry_at = None;
@@ -50,7 +50,7 @@ pub fn cancel_transition(
         a.note = Some("the run was cancelled".into());
         a.decided_at = Some(now);
         events.push(NewEvent::new(
-            "approval.cancelled",
+            EventKind::ApprovalCancelled,
             Some(a.step_index),
             json!({ "approval": a.id, "by": who }),
         ));
@@ -74,7 +74,7 @@ pub fn cancel_transition(
                     Observation::message(ObservationKind::Final, "cancelled", &why),
                 );
                 events.push(NewEvent::new(
-                    "step.done",
+                    EventKind::StepDone,
                     Some(i),
                     json!({ "observation": s.observation }),
                 ));
@@ -87,7 +87,7 @@ pub fn cancel_transition(
                     Observation::message(ObservationKind::Denied, "reason", &why),
                 );
                 events.push(NewEvent::new(
-                    "step.done",
+                    EventKind::StepDone,
                     Some(i),
                     json!({ "observation": s.observation }),
                 ));
@@ -98,7 +98,7 @@ pub fn cancel_transition(
                 s.state = StepState::Interrupted;
                 s.updated_at = now;
                 events.push(NewEvent::new(
-                    "step.interrupted",
+                    EventKind::StepInterrupted,
                     Some(i),
                     json!({
                         "tool": s.call.as_ref().map(|c| c.tool.clone()),
@@ -112,7 +112,7 @@ pub fn cancel_transition(
         }
     }
     events.push(NewEvent::new(
-        "run.cancelled",
+        EventKind::RunCancelled,
         None,
         json!({ "by": who, "was": run.status, "reason": "operator_cancelled" }),
     ));

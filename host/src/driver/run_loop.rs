@@ -84,7 +84,7 @@ pub(super) async fn start(
     run.lease_owner = Some(owner.clone());
     run.lease_expires = Some(now + rt.lease_ttl_ms);
     let mut events = vec![NewEvent::new(
-        "run.started",
+        EventKind::RunStarted,
         None,
         json!({ "goal": goal, "limits": run.limits }),
     )];
@@ -94,7 +94,7 @@ pub(super) async fn start(
     if limit_hit(&run, now).is_none() {
         steps.push(Step::started(0, now));
         run.step_count = 1;
-        events.push(NewEvent::new("step.started", Some(0), json!({})));
+        events.push(NewEvent::new(EventKind::StepStarted, Some(0), json!({})));
     }
     let committed = rt.store.create_run(run.clone(), steps, events).await?;
     let crash_points = crash_points(rt, committed.events.iter().map(|e| e.kind.as_str()));
@@ -244,7 +244,7 @@ impl<'r> Loop<'r> {
             all
         };
         self.start_next_with(&mut run, &mut steps, &mut events);
-        let crash_points = crash_points(self.rt, events.iter().map(|e| e.kind));
+        let crash_points = crash_points(self.rt, events.iter().map(|e| e.kind.as_str()));
         let t = Transition {
             expect: Expect {
                 status: self.run.status,
@@ -348,7 +348,7 @@ impl<'r> Loop<'r> {
         let i = run.step_count;
         run.step_count += 1;
         steps.push(Step::started(i, run.updated_at));
-        events.push(NewEvent::new("step.started", Some(i), json!({})));
+        events.push(NewEvent::new(EventKind::StepStarted, Some(i), json!({})));
     }
 
     async fn reload_if_asked(&mut self) -> Flow<()> {
@@ -371,7 +371,7 @@ impl<'r> Loop<'r> {
     async fn end(
         &mut self,
         status: RunStatus,
-        reason: &str,
+        reason: RunReason,
         result: Option<String>,
         step: Option<(u32, Observation)>,
         data: serde_json::Value,
@@ -379,7 +379,7 @@ impl<'r> Loop<'r> {
         let now = self.now();
         let mut run = self.next_run(now);
         run.status = status;
-        run.reason = Some(reason.to_string());
+        run.reason = Some(reason);
         run.result = result;
         let mut steps = vec![];
         let mut events = vec![];
@@ -393,9 +393,9 @@ impl<'r> Loop<'r> {
             steps.push(s);
         }
         let kind = match status {
-            RunStatus::Completed => "run.completed",
-            RunStatus::Cancelled => "run.cancelled",
-            _ => "run.failed",
+            RunStatus::Completed => EventKind::RunCompleted,
+            RunStatus::Cancelled => EventKind::RunCancelled,
+            _ => EventKind::RunFailed,
         };
         let mut data = data;
         if let serde_json::Value::Object(m) = &mut data {
@@ -410,7 +410,7 @@ impl<'r> Loop<'r> {
     }
 
     /// Fails the run at step `i` with `{"error": message}` as the step's last word.
-    async fn fail_at(&mut self, i: u32, reason: &str, message: &str) -> Flow<Outcome> {
+    async fn fail_at(&mut self, i: u32, reason: RunReason, message: &str) -> Flow<Outcome> {
         let obs = Observation::message(ObservationKind::Final, "error", message);
         let result = Some(json!({ "error": message }).to_string());
         self.end(
@@ -480,7 +480,7 @@ impl<'r> Loop<'r> {
             s.state = StepState::Interrupted;
             s.updated_at = now;
             events.push(NewEvent::new(
-                "step.interrupted",
+                EventKind::StepInterrupted,
                 Some(i),
                 json!({ "tool": call.tool, "effect": effect }),
             ));
@@ -506,12 +506,12 @@ impl<'r> Loop<'r> {
             now,
         );
         events.push(NewEvent::new(
-            "approval.requested",
+            EventKind::ApprovalRequested,
             Some(i),
             json!({ "approval": approval.id, "kind": approval.kind, "reason": approval.reason }),
         ));
         events.push(NewEvent::new(
-            "run.paused",
+            EventKind::RunPaused,
             Some(i),
             json!({ "approval": approval.id }),
         ));
@@ -579,7 +579,7 @@ impl<'r> Loop<'r> {
                     step,
                     obs,
                     vec![a2],
-                    "approval.expired",
+                    EventKind::ApprovalExpired,
                     json!({ "approval": a.id }),
                 )
                 .await?;
@@ -597,7 +597,7 @@ impl<'r> Loop<'r> {
                     step,
                     obs,
                     vec![],
-                    "run.resumed",
+                    EventKind::RunResumed,
                     json!({ "approval": a.id, "status": a.status }),
                 )
                 .await?;
@@ -613,11 +613,15 @@ impl<'r> Loop<'r> {
                 run.status = RunStatus::Running;
                 let events = vec![
                     NewEvent::new(
-                        "run.resumed",
+                        EventKind::RunResumed,
                         Some(i),
                         json!({ "approval": a.id, "by": a.decided_by }),
                     ),
-                    NewEvent::new("step.executing", Some(i), json!({ "tool": a.call.tool })),
+                    NewEvent::new(
+                        EventKind::StepExecuting,
+                        Some(i),
+                        json!({ "tool": a.call.tool }),
+                    ),
                 ];
                 self.commit(run, vec![s], vec![], events).await?;
                 self.execute(i).await?;
@@ -659,7 +663,7 @@ impl<'r> Loop<'r> {
         mut s: Step,
         obs: Observation,
         approvals: Vec<Approval>,
-        kind: &'static str,
+        kind: EventKind,
         data: serde_json::Value,
     ) -> Flow<()> {
         let now = self.now();
@@ -740,7 +744,7 @@ impl<'r> Loop<'r> {
             run,
             vec![step],
             vec![],
-            vec![NewEvent::new("step.started", Some(i), json!({}))],
+            vec![NewEvent::new(EventKind::StepStarted, Some(i), json!({}))],
         )
         .await?;
         Ok(i)
@@ -792,24 +796,24 @@ impl<'r> Loop<'r> {
                 let out = self
                     .fail_at(
                         i,
-                        "limit_deadline",
+                        RunReason::LimitDeadline,
                         "the run passed its wall-clock deadline while the agent was deciding",
                     )
                     .await?;
                 return Err(Halt::Outcome(out));
             }
             Some(_) if limit_hit.is_some() => {
-                let reason = limit_hit.unwrap_or_default();
+                let reason = limit_hit.unwrap_or(RunReason::LimitModelCalls);
                 let out = self
-                    .fail_at(i, &reason, "the agent's model calls hit the run's limit")
+                    .fail_at(i, reason, "the agent's model calls hit the run's limit")
                     .await?;
                 return Err(Halt::Outcome(out));
             }
             Some(Err(e)) => {
                 let reason = match &e {
-                    ConsumerError::Trapped { .. } => "agent_trapped",
-                    ConsumerError::Failed(_) => "agent_error",
-                    ConsumerError::ModelLimit(_) => "limit_model_calls",
+                    ConsumerError::Trapped { .. } => RunReason::AgentTrapped,
+                    ConsumerError::Failed(_) => RunReason::AgentError,
+                    ConsumerError::ModelLimit(_) => RunReason::LimitModelCalls,
                 };
                 let out = self.fail_at(i, reason, &e.to_string()).await?;
                 return Err(Halt::Outcome(out));
@@ -839,11 +843,11 @@ impl<'r> Loop<'r> {
         let retry_at = now.saturating_add(o.retry_in.as_millis() as i64);
         let mut run = self.next_run(now);
         run.status = RunStatus::Parked;
-        run.reason = Some("model_unavailable".into());
+        run.reason = Some(RunReason::ModelUnavailable);
         run.retry_at = Some(retry_at);
         run.result = Some(json!({ "error": o.error }).to_string());
         let event = NewEvent::new(
-            "run.parked",
+            EventKind::RunParked,
             Some(i),
             json!({ "reason": "model_unavailable", "error": o.error, "attempts": o.attempts, "retry_at": retry_at }),
         );
@@ -864,7 +868,7 @@ impl<'r> Loop<'r> {
         run.result = None;
         run.retry_at = None;
         let event = NewEvent::new(
-            "run.resumed",
+            EventKind::RunResumed,
             None,
             json!({ "from": "parked", "reason": self.run.reason }),
         );
@@ -881,7 +885,7 @@ impl<'r> Loop<'r> {
         s.updated_at = now;
         let mut run = self.next_run(now);
         let mut events = vec![NewEvent::new(
-            "step.decided",
+            EventKind::StepDecided,
             Some(i),
             json!({ "decision": decision }),
         )];
@@ -894,11 +898,11 @@ impl<'r> Loop<'r> {
                         content: json!({ "result": v }).to_string(),
                     });
                     run.status = RunStatus::Completed;
-                    run.reason = Some("completed".into());
+                    run.reason = Some(RunReason::Completed);
                     run.result = Some(canonical_json(&v));
                     events.push(done_event(&s));
                     events.push(NewEvent::new(
-                        "run.completed",
+                        EventKind::RunCompleted,
                         None,
                         json!({ "reason": "completed", "result": v }),
                     ));
@@ -910,11 +914,11 @@ impl<'r> Loop<'r> {
                 s.state = StepState::Done;
                 s.observation = Some(Observation::message(ObservationKind::Final, "error", why));
                 run.status = RunStatus::Failed;
-                run.reason = Some("agent_failed".into());
+                run.reason = Some(RunReason::AgentFailed);
                 run.result = Some(json!({ "error": why }).to_string());
                 events.push(done_event(&s));
                 events.push(NewEvent::new(
-                    "run.failed",
+                    EventKind::RunFailed,
                     None,
                     json!({ "reason": "agent_failed", "error": why }),
                 ));
@@ -961,11 +965,11 @@ impl<'r> Loop<'r> {
         let max = run.limits.max_consecutive_failures;
         if max > 0 && run.consecutive_failures >= max && !run.status.is_terminal() {
             run.status = RunStatus::Failed;
-            run.reason = Some("limit_consecutive_failures".into());
+            run.reason = Some(RunReason::LimitConsecutiveFailures);
             let msg = format!("{} consecutive failed steps", run.consecutive_failures);
             run.result = Some(json!({ "error": msg }).to_string());
             events.push(NewEvent::new(
-                "run.failed",
+                EventKind::RunFailed,
                 None,
                 json!({ "reason": "limit_consecutive_failures", "error": msg }),
             ));
@@ -1017,9 +1021,9 @@ impl<'r> Loop<'r> {
             Ok(v) => v,
             Err(e) => {
                 let reason = if matches!(e, ConsumerError::Trapped { .. }) {
-                    "policy_trapped"
+                    RunReason::PolicyTrapped
                 } else {
-                    "policy_error"
+                    RunReason::PolicyError
                 };
                 return self.fail_at(i, reason, &e.to_string()).await.map(Some);
             }
@@ -1032,7 +1036,7 @@ impl<'r> Loop<'r> {
         let mut run = self.next_run(now);
         let mut approvals = vec![];
         let mut events = vec![NewEvent::new(
-            "step.verdict",
+            EventKind::StepVerdict,
             Some(i),
             json!({ "verdict": verdict }),
         )];
@@ -1040,7 +1044,7 @@ impl<'r> Loop<'r> {
             Verdict::Allow => {
                 s.state = StepState::Executing;
                 events.push(NewEvent::new(
-                    "step.executing",
+                    EventKind::StepExecuting,
                     Some(i),
                     json!({ "tool": call.tool }),
                 ));
@@ -1066,9 +1070,9 @@ impl<'r> Loop<'r> {
                     req.presentation.clone(),
                     now,
                 );
-                events.push(NewEvent::new("approval.requested", Some(i), json!({ "approval": a.id, "kind": a.kind, "tool": call.tool, "arguments": serde_json::from_str::<serde_json::Value>(&call.arguments).unwrap_or_default(), "reason": a.reason })));
+                events.push(NewEvent::new(EventKind::ApprovalRequested, Some(i), json!({ "approval": a.id, "kind": a.kind, "tool": call.tool, "arguments": serde_json::from_str::<serde_json::Value>(&call.arguments).unwrap_or_default(), "reason": a.reason })));
                 events.push(NewEvent::new(
-                    "run.paused",
+                    EventKind::RunPaused,
                     Some(i),
                     json!({ "approval": a.id }),
                 ));
@@ -1083,11 +1087,11 @@ impl<'r> Loop<'r> {
                     reason,
                 ));
                 run.status = RunStatus::Failed;
-                run.reason = Some("policy_abort".into());
+                run.reason = Some(RunReason::PolicyAbort);
                 run.result = Some(json!({ "error": reason }).to_string());
                 events.push(done_event(&s));
                 events.push(NewEvent::new(
-                    "run.failed",
+                    EventKind::RunFailed,
                     None,
                     json!({ "reason": "policy_abort", "error": reason }),
                 ));
@@ -1170,11 +1174,11 @@ impl<'r> Loop<'r> {
         let max_same = run.limits.max_identical_calls;
         if max_same > 0 && !run.status.is_terminal() && self.identical_run(&s) >= max_same {
             run.status = RunStatus::Failed;
-            run.reason = Some("limit_identical_calls".into());
+            run.reason = Some(RunReason::LimitIdenticalCalls);
             let msg = format!("the same call with the same result {max_same} times in a row");
             run.result = Some(json!({ "error": msg }).to_string());
             events.push(NewEvent::new(
-                "run.failed",
+                EventKind::RunFailed,
                 None,
                 json!({ "reason": "limit_identical_calls", "error": msg }),
             ));
@@ -1219,7 +1223,7 @@ impl<'r> Loop<'r> {
                     s.version = cur.version + 1;
                     s.updated_at = now;
                     events.push(NewEvent::new(
-                        "step.done",
+                        EventKind::StepDone,
                         Some(i),
                         json!({ "observation": s.observation, "settled": true }),
                     ));
@@ -1282,11 +1286,11 @@ fn crash_points<'k>(rt: &Runtime, kinds: impl Iterator<Item = &'k str>) -> Vec<&
 
 /// The limit that keeps `run` from starting another step at `now`, if any:
 /// its reason and message.
-fn limit_hit(run: &Run, now: i64) -> Option<(&'static str, String)> {
+fn limit_hit(run: &Run, now: i64) -> Option<(RunReason, String)> {
     let l = &run.limits;
     if run.step_count >= l.max_steps {
         Some((
-            "limit_steps",
+            RunReason::LimitSteps,
             format!("the run reached its limit of {} steps", l.max_steps),
         ))
     } else if l
@@ -1294,7 +1298,7 @@ fn limit_hit(run: &Run, now: i64) -> Option<(&'static str, String)> {
         .is_some_and(|d| now - run.created_at >= d as i64)
     {
         Some((
-            "limit_deadline",
+            RunReason::LimitDeadline,
             "the run passed its wall-clock deadline".to_string(),
         ))
     } else {
@@ -1343,12 +1347,12 @@ fn model_event(m: &crate::store::ModelCallRecord) -> NewEvent {
     if let (Some(e), serde_json::Value::Object(map)) = (&m.error, &mut data) {
         map.insert("error".into(), json!(e));
     }
-    NewEvent::new("model.called", Some(m.step_index), data)
+    NewEvent::new(EventKind::ModelCalled, Some(m.step_index), data)
 }
 
 fn done_event(s: &Step) -> NewEvent {
     NewEvent::new(
-        "step.done",
+        EventKind::StepDone,
         Some(s.index),
         json!({ "observation": s.observation }),
     )

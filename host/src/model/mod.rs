@@ -17,6 +17,7 @@ pub use replay::ReplayProvider;
 pub use stub::StubProvider;
 
 use crate::store::ModelCallRecord;
+use crate::types::RunReason;
 use async_trait::async_trait;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -136,7 +137,7 @@ struct GateState {
     max_calls: u32,
     max_tokens: u64,
     pending: Vec<ModelCallRecord>,
-    limit_hit: Option<String>,
+    limit_hit: Option<RunReason>,
     /// Calls refused by a limit in this step. Only the first is recorded:
     /// an agent that keeps calling adds nothing more to the store.
     refused: u32,
@@ -163,7 +164,7 @@ pub struct GateDrain {
     pub calls: u32,
     pub tokens: u64,
     /// `limit_model_calls` or `limit_tokens` when a call was refused.
-    pub limit_hit: Option<String>,
+    pub limit_hit: Option<RunReason>,
 }
 
 impl ModelGate {
@@ -264,19 +265,19 @@ impl ModelGate {
             let mut s = self.lock();
             let refused = if s.calls >= s.max_calls {
                 Some((
-                    "limit_model_calls",
+                    RunReason::LimitModelCalls,
                     format!("the run may make at most {} model calls", s.max_calls),
                 ))
             } else if s.tokens >= s.max_tokens {
                 Some((
-                    "limit_tokens",
+                    RunReason::LimitTokens,
                     format!("the run may use at most {} tokens", s.max_tokens),
                 ))
             } else {
                 None
             };
             if let Some((reason, msg)) = refused {
-                s.limit_hit = Some(reason.to_string());
+                s.limit_hit = Some(reason);
                 s.refused += 1;
                 if s.refused > 1 {
                     return (Err(ModelError::LimitExceeded(msg)), None, false);
@@ -337,7 +338,7 @@ impl ModelGate {
     }
 
     /// Takes (and clears) the limit the last calls ran into, if any.
-    pub fn drain_limit(&self) -> Option<String> {
+    pub fn drain_limit(&self) -> Option<RunReason> {
         self.lock().limit_hit.take()
     }
 

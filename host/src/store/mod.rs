@@ -22,12 +22,12 @@ use crate::types::*;
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewEvent {
     pub step_index: Option<u32>,
-    pub kind: &'static str,
+    pub kind: EventKind,
     pub data: serde_json::Value,
 }
 
 impl NewEvent {
-    pub fn new(kind: &'static str, step_index: Option<u32>, data: serde_json::Value) -> NewEvent {
+    pub fn new(kind: EventKind, step_index: Option<u32>, data: serde_json::Value) -> NewEvent {
         NewEvent {
             step_index,
             kind,
@@ -101,6 +101,7 @@ pub struct Event {
     pub seq: i64,
     pub run_id: String,
     pub step_index: Option<u32>,
+    /// As stored: an [`EventKind`]'s spelling, or one a newer Keel wrote.
     pub kind: String,
     /// JSON text.
     pub data: String,

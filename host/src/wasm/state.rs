@@ -78,7 +78,7 @@ impl HostState {
         self.logs_this_call = limit; // reported once
         if let Some(sink) = &self.sink {
             sink.push(crate::store::NewEvent::new(
-                "plugin.logs_dropped",
+                crate::types::EventKind::PluginLogsDropped,
                 self.step,
                 serde_json::json!({ "plugin": &*self.plugin, "dropped": dropped, "limit": limit }),
             ));

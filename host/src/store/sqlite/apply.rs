@@ -6,7 +6,7 @@
 use super::rows::{APPROVAL_COLUMNS, RUN_COLUMNS, STEP_COLUMNS};
 use super::{EncodedEvent, Prepared, Write, Written};
 use crate::store::{StoreError, Transition};
-use crate::types::Run;
+use crate::types::{Run, RunReason};
 use rusqlite::{params, CachedStatement, Connection, OptionalExtension};
 use std::sync::LazyLock;
 
@@ -128,7 +128,7 @@ impl<'c> Statements<'c> {
             run.id,
             run.goal,
             run.status.as_str(),
-            run.reason,
+            run.reason.map(RunReason::as_str),
             run.result,
             w.limits,
             run.meta,
@@ -157,7 +157,7 @@ impl<'c> Statements<'c> {
         let n = self.get(update)?.execute(params![
             run.id,
             run.status.as_str(),
-            run.reason,
+            run.reason.map(RunReason::as_str),
             run.result,
             w.limits,
             run.step_count,

@@ -65,7 +65,7 @@ impl From<&NewEvent> for EncodedEvent {
     fn from(e: &NewEvent) -> Self {
         EncodedEvent {
             step_index: e.step_index,
-            kind: e.kind,
+            kind: e.kind.as_str(),
             // Straight into a byte buffer: `Display` goes through a
             // formatter adapter, twice the cost for the same text.
             data: rows::json(&e.data),
@@ -680,10 +680,10 @@ impl Store {
                 why["from"] = serde_json::json!(o);
                 why["to"] = serde_json::json!(owner);
                 why["expires_at"] = serde_json::json!(exp);
-                events.push(NewEvent::new("lease.taken_over", None, why));
+                events.push(NewEvent::new(EventKind::LeaseTakenOver, None, why));
             }
             (Some(o), _) if o != owner => events.push(NewEvent::new(
-                "lease.taken_over",
+                EventKind::LeaseTakenOver,
                 None,
                 serde_json::json!({ "from": o, "to": owner, "why": "expired", "expired_at": run.lease_expires }),
             )),
@@ -796,9 +796,9 @@ impl Store {
         )?
         .execute(params![approval_id, new_status.as_str(), who, note, now])?;
         let kind = if approve {
-            "approval.approved"
+            EventKind::ApprovalApproved
         } else {
-            "approval.denied"
+            EventKind::ApprovalDenied
         };
         apply::insert_events(
             &tx,

@@ -222,7 +222,11 @@ pub fn read_run(row: &Row<'_>) -> Result<Run, StoreError> {
     Ok(Run {
         goal: row.get(1)?,
         status: status.parse().map_err(|e| bad("status", e))?,
-        reason: row.get(3)?,
+        reason: row
+            .get::<_, Option<String>>(3)?
+            .map(|r| r.parse())
+            .transpose()
+            .map_err(|e| bad("reason", e))?,
         result: row.get(4)?,
         limits: serde_json::from_str(&limits).map_err(|e| bad("limits", e.to_string()))?,
         meta: row.get(6)?,
