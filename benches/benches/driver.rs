@@ -115,8 +115,9 @@ fn bench_driver(c: &mut Criterion) {
     // back, with nothing to write: an empty job through `StoreHandle`.
     g.throughput(Throughput::Elements(1));
     g.bench_function("writer-round-trip", |b| {
-        let (_dir, runtime) = runtime(Sync::Normal);
-        let handle = runtime.store().clone();
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("b.db"), Sync::Normal).unwrap();
+        let handle = StoreHandle::spawn(store);
         b.to_async(&rt)
             .iter(|| async { handle.with(|_| ()).await.unwrap() });
     });

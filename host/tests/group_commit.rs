@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 async fn concurrent_runs_share_commits_and_every_run_is_complete() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("keel.db");
-    let rt = runtime(&db);
+    let (rt, handle) = common::runtime_and_handle(&db);
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..200 {
         let rt = rt.clone();
@@ -34,7 +34,7 @@ async fn concurrent_runs_share_commits_and_every_run_is_complete() {
         assert_eq!(out.run.status, RunStatus::Completed);
         ids.push(out.run.id);
     }
-    let stats = rt.store().stats();
+    let stats = handle.stats();
     assert!(
         stats.transitions > stats.transactions,
         "200 concurrent runs never shared a commit: {stats:?}"
@@ -56,7 +56,7 @@ async fn concurrent_runs_share_commits_and_every_run_is_complete() {
 async fn a_lone_run_commits_without_the_writer_thread() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("keel.db");
-    let rt = runtime(&db);
+    let (rt, handle) = common::runtime_and_handle(&db);
     let n = Arc::new(Mutex::new(0));
     let (c, _rig) = consumers(
         vec![
@@ -68,7 +68,7 @@ async fn a_lone_run_commits_without_the_writer_thread() {
     );
     let out = rt.start("g", Limits::default(), "{}", c).await.unwrap();
     assert_eq!(out.run.status, RunStatus::Completed);
-    let stats = rt.store().stats();
+    let stats = handle.stats();
     // The run's creation starts step 0; each of the two calls is decided
     // and judged in one write, then done with the next step started; the
     // completion is one.

@@ -15,7 +15,7 @@ pub use operator::cancel;
 
 use crate::consumer::{Agent, Policy};
 use crate::model::ModelGate;
-use crate::store::{Event, StoreError, StoreHandle};
+use crate::store::{Event, RunStore, StoreError};
 use crate::tools::ToolSet;
 use crate::types::*;
 use std::sync::Arc;
@@ -26,7 +26,7 @@ pub type Observer = Arc<dyn Fn(&Event) + Send + Sync>;
 /// Drives runs against one store.
 #[derive(Clone)]
 pub struct Runtime {
-    pub(crate) store: StoreHandle,
+    pub(crate) store: Arc<dyn RunStore>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) ids: Arc<dyn Ids>,
     pub(crate) lease_ttl_ms: i64,
@@ -88,7 +88,14 @@ pub enum DriverError {
 }
 
 impl Runtime {
-    pub fn new(store: StoreHandle) -> Runtime {
+    /// A runtime on `store`: any engine behind [`RunStore`] (a SQLite
+    /// [`crate::store::StoreHandle`] today).
+    pub fn new(store: impl RunStore + 'static) -> Runtime {
+        Runtime::on(Arc::new(store))
+    }
+
+    /// [`Runtime::new`] on a store already shared.
+    pub fn on(store: Arc<dyn RunStore>) -> Runtime {
         Runtime {
             store,
             clock: Arc::new(SystemClock),
@@ -129,7 +136,7 @@ impl Runtime {
         self
     }
 
-    pub fn store(&self) -> &StoreHandle {
+    pub fn store(&self) -> &Arc<dyn RunStore> {
         &self.store
     }
 

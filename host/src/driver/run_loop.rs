@@ -51,8 +51,8 @@ fn heartbeat(rt: &Runtime, run_id: &str, owner: &str) -> Heartbeat {
         loop {
             tokio::time::sleep(every).await;
             let (r, o, now) = (run_id.clone(), owner.clone(), clock.now_ms());
-            match store.with(move |s| s.heartbeat(&r, &o, now, ttl)).await {
-                Ok(Ok(true)) => {}
+            match store.heartbeat(&r, &o, now, ttl).await {
+                Ok(true) => {}
                 // Lost the lease or the store: the next transition's
                 // compare-and-set stops the loop.
                 _ => break,
@@ -125,15 +125,15 @@ pub(super) async fn resume(
     let (id, o, ttl) = (run_id.to_string(), owner.clone(), rt.lease_ttl_ms);
     let current = {
         let id = id.clone();
-        rt.store.with(move |s| s.run(&id)).await??
+        rt.store.run(&id).await?
     };
     if current.status.is_terminal() {
         return Err(DriverError::Terminal(current.id, current.status));
     }
     let run = match rt
         .store
-        .with(move |s| s.acquire_lease_as(&id, &o, now, ttl, take_over.as_deref()))
-        .await?
+        .acquire_lease(&id, &o, now, ttl, take_over.as_deref())
+        .await
     {
         Ok(run) => run,
         // Finished by another process since it was read above.
@@ -143,10 +143,7 @@ pub(super) async fn resume(
         Err(e) => return Err(e.into()),
     };
     let id = run.id.clone();
-    let (steps, approvals) = rt
-        .store
-        .with(move |s| Ok::<_, StoreError>((s.load_steps(&id)?, s.load_approvals(&id)?)))
-        .await??;
+    let (steps, approvals) = (rt.store.steps(&id).await?, rt.store.approvals(&id).await?);
     let mut lp = Loop {
         rt,
         owner,
@@ -175,11 +172,7 @@ impl<'r> Loop<'r> {
         // pause or the run's end already gave it back in its transition).
         if self.run.lease_owner.as_deref() == Some(self.owner.as_str()) {
             let (id, owner) = (self.run.id.clone(), self.owner.clone());
-            let _ = self
-                .rt
-                .store
-                .with(move |s| s.release_lease(&id, &owner))
-                .await;
+            let _ = self.rt.store.release_lease(&id, &owner).await;
         }
         result
     }
@@ -281,13 +274,7 @@ impl<'r> Loop<'r> {
                 // Cancelled, or the lease was taken over: stop and report the
                 // run as it now is.
                 let id = self.run.id.clone();
-                let run = self
-                    .rt
-                    .store
-                    .with(move |s| s.run(&id))
-                    .await
-                    .map_err(DriverError::from)?
-                    .map_err(DriverError::from)?;
+                let run = self.rt.store.run(&id).await.map_err(DriverError::from)?;
                 Err(Halt::Outcome(Outcome { run, pending: None }))
             }
             Err(e) => Err(Halt::Error(e.into())),
@@ -354,12 +341,12 @@ impl<'r> Loop<'r> {
     async fn reload_if_asked(&mut self) -> Flow<()> {
         if self.rt.reload_each_step {
             let id = self.run.id.clone();
-            let (steps, approvals) = self
+            let steps = self.rt.store.steps(&id).await.map_err(DriverError::from)?;
+            let approvals = self
                 .rt
                 .store
-                .with(move |s| Ok::<_, StoreError>((s.load_steps(&id)?, s.load_approvals(&id)?)))
+                .approvals(&id)
                 .await
-                .map_err(DriverError::from)?
                 .map_err(DriverError::from)?;
             self.steps = steps;
             self.approvals = approvals;
@@ -1211,13 +1198,7 @@ impl<'r> Loop<'r> {
         let mut events: Vec<NewEvent> = drained.records.iter().map(model_event).collect();
         if let Some(mut s) = done {
             let (id, i) = (run.id.clone(), s.index);
-            let stored = self
-                .rt
-                .store
-                .with(move |st| st.load_steps(&id))
-                .await
-                .map_err(DriverError::from)?
-                .map_err(DriverError::from)?;
+            let stored = self.rt.store.steps(&id).await.map_err(DriverError::from)?;
             if let Some(cur) = stored.get(i as usize) {
                 if cur.state == StepState::Interrupted {
                     s.version = cur.version + 1;
@@ -1406,7 +1387,7 @@ async fn wait<F: std::future::Future>(
         }
         if poll_at.is_some_and(|p| now >= p) {
             let id = run_id.to_string();
-            if let Ok(Ok(run)) = rt.store.with(move |s| s.run(&id)).await {
+            if let Ok(run) = rt.store.run(&id).await {
                 if run.status == RunStatus::Cancelled {
                     return Waited::Cancelled(run);
                 }

@@ -107,3 +107,75 @@ pub struct Event {
     pub data: String,
     pub at: i64,
 }
+
+/// Operators' reads of a store: runs, their steps, approvals, journal and
+/// model calls. Read-only handles implement only this.
+#[async_trait::async_trait]
+pub trait RunReader: Send + std::marker::Sync {
+    /// The run, or `None` when there is no such run.
+    async fn get_run(&self, id: &str) -> Result<Option<Run>, StoreError>;
+    /// The newest runs first, at most `limit`, with `status` if given.
+    async fn list_runs(
+        &self,
+        status: Option<RunStatus>,
+        limit: u32,
+    ) -> Result<Vec<Run>, StoreError>;
+    async fn steps(&self, run_id: &str) -> Result<Vec<Step>, StoreError>;
+    async fn approvals(&self, run_id: &str) -> Result<Vec<Approval>, StoreError>;
+    async fn approval(&self, id: &str) -> Result<Approval, StoreError>;
+    /// Events numbered above `after`, oldest first, of one run or all.
+    async fn events_after(
+        &self,
+        run_id: Option<&str>,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<Event>, StoreError>;
+    /// A run's model calls (every attempt), in order.
+    async fn model_calls(&self, run_id: &str) -> Result<Vec<StoredModelCall>, StoreError>;
+
+    /// The run, or [`StoreError::RunNotFound`].
+    async fn run(&self, id: &str) -> Result<Run, StoreError> {
+        self.get_run(id)
+            .await?
+            .ok_or_else(|| StoreError::RunNotFound(id.to_string()))
+    }
+}
+
+/// A store that loops write to: runs created and moved on by transitions,
+/// each a compare-and-set committed with its events, and the leases that
+/// say which process drives a run. The driver reaches a store only through
+/// this.
+#[async_trait::async_trait]
+pub trait RunStore: RunReader {
+    /// Inserts a new run with its first steps and events.
+    async fn create_run(
+        &self,
+        run: Run,
+        steps: Vec<Step>,
+        events: Vec<NewEvent>,
+    ) -> Result<Committed, StoreError>;
+    /// Commits one transition, or fails with [`StoreError::Conflict`] when
+    /// its expectation no longer holds (nothing is written then).
+    async fn commit(&self, t: Transition) -> Result<Committed, StoreError>;
+    /// Takes the run's lease for `owner` until `now + ttl_ms`: free,
+    /// expired, held by a process of this host that is gone, or, with
+    /// `take_over` (the operator's name), held by anyone.
+    async fn acquire_lease(
+        &self,
+        run_id: &str,
+        owner: &str,
+        now: i64,
+        ttl_ms: i64,
+        take_over: Option<&str>,
+    ) -> Result<Run, StoreError>;
+    /// Extends `owner`'s lease; `false` when it no longer holds it.
+    async fn heartbeat(
+        &self,
+        run_id: &str,
+        owner: &str,
+        now: i64,
+        ttl_ms: i64,
+    ) -> Result<bool, StoreError>;
+    /// Gives `owner`'s lease back, if it still holds it.
+    async fn release_lease(&self, run_id: &str, owner: &str) -> Result<(), StoreError>;
+}

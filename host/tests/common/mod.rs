@@ -120,8 +120,16 @@ pub fn consumers(script: Vec<Decision>, tools: Vec<Arc<dyn ToolProvider>>) -> (C
 }
 
 pub fn runtime(path: &std::path::Path) -> Runtime {
+    runtime_and_handle(path).0
+}
+
+/// A runtime on a SQLite store at `path`, and the store's handle (for its
+/// writer's statistics).
+#[allow(dead_code)]
+pub fn runtime_and_handle(path: &std::path::Path) -> (Runtime, StoreHandle) {
     let store = Store::open(path, keel::Sync::Full).unwrap();
-    Runtime::new(StoreHandle::spawn(store))
+    let handle = StoreHandle::spawn(store);
+    (Runtime::new(handle.clone()), handle)
 }
 
 pub fn kinds(store: &Store, run_id: &str) -> Vec<String> {

@@ -252,3 +252,93 @@ fn same_error(e: &StoreError) -> StoreError {
         other => StoreError::Refused(format!("group commit failed: {other}")),
     }
 }
+
+#[async_trait::async_trait]
+impl crate::store::RunReader for StoreHandle {
+    async fn get_run(&self, id: &str) -> Result<Option<Run>, StoreError> {
+        let id = id.to_string();
+        self.with(move |s| s.get_run(&id)).await?
+    }
+    async fn list_runs(
+        &self,
+        status: Option<crate::types::RunStatus>,
+        limit: u32,
+    ) -> Result<Vec<Run>, StoreError> {
+        self.with(move |s| s.list_runs(status, limit)).await?
+    }
+    async fn steps(&self, run_id: &str) -> Result<Vec<Step>, StoreError> {
+        let id = run_id.to_string();
+        self.with(move |s| s.load_steps(&id)).await?
+    }
+    async fn approvals(&self, run_id: &str) -> Result<Vec<crate::types::Approval>, StoreError> {
+        let id = run_id.to_string();
+        self.with(move |s| s.load_approvals(&id)).await?
+    }
+    async fn approval(&self, id: &str) -> Result<crate::types::Approval, StoreError> {
+        let id = id.to_string();
+        self.with(move |s| s.approval(&id)).await?
+    }
+    async fn events_after(
+        &self,
+        run_id: Option<&str>,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<crate::store::Event>, StoreError> {
+        let id = run_id.map(str::to_string);
+        self.with(move |s| s.events_after(id.as_deref(), after, limit))
+            .await?
+    }
+    async fn model_calls(
+        &self,
+        run_id: &str,
+    ) -> Result<Vec<crate::store::StoredModelCall>, StoreError> {
+        let id = run_id.to_string();
+        self.with(move |s| s.model_calls(&id)).await?
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::store::RunStore for StoreHandle {
+    async fn create_run(
+        &self,
+        run: Run,
+        steps: Vec<Step>,
+        events: Vec<NewEvent>,
+    ) -> Result<Committed, StoreError> {
+        StoreHandle::create_run(self, run, steps, events).await
+    }
+    async fn commit(&self, t: Transition) -> Result<Committed, StoreError> {
+        StoreHandle::commit(self, t).await
+    }
+    async fn acquire_lease(
+        &self,
+        run_id: &str,
+        owner: &str,
+        now: i64,
+        ttl_ms: i64,
+        take_over: Option<&str>,
+    ) -> Result<Run, StoreError> {
+        let (id, o, by) = (
+            run_id.to_string(),
+            owner.to_string(),
+            take_over.map(str::to_string),
+        );
+        self.with(move |s| s.acquire_lease_as(&id, &o, now, ttl_ms, by.as_deref()))
+            .await?
+    }
+    async fn heartbeat(
+        &self,
+        run_id: &str,
+        owner: &str,
+        now: i64,
+        ttl_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let (id, o) = (run_id.to_string(), owner.to_string());
+        self.with(move |s| s.heartbeat(&id, &o, now, ttl_ms))
+            .await?
+    }
+    async fn release_lease(&self, run_id: &str, owner: &str) -> Result<(), StoreError> {
+        let (id, o) = (run_id.to_string(), owner.to_string());
+        self.with(move |s| s.release_lease(&id, &o)).await?
+    }
+}
