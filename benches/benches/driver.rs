@@ -197,6 +197,7 @@ fn bare_commit(store: &mut Store, run: &Run, steps: Vec<Step>, events: Vec<NewEv
             expect: Expect {
                 status: RunStatus::Running,
                 owner: Some("bench".into()),
+                pending_approval: None,
             },
             run: run.clone(),
             steps,

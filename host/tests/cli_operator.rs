@@ -138,6 +138,7 @@ fn keel_events_lists_every_event_of_a_long_run() {
     let expect = Expect {
         status: run.status,
         owner: None,
+        pending_approval: None,
     };
     run.status = keel::RunStatus::Completed;
     s.commit(Transition {

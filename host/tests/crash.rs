@@ -324,6 +324,7 @@ fn store_left_at(db: &Path, step: &Step) {
         expect: Expect {
             status: RunStatus::Running,
             owner: None,
+            pending_approval: None,
         },
         run: next,
         steps: vec![step.clone()],

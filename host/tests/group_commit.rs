@@ -105,6 +105,7 @@ fn a_failed_member_of_a_group_rolls_back_alone() {
             expect: Expect {
                 status: RunStatus::Running,
                 owner: Some(owner.into()),
+                pending_approval: None,
             },
             run: r,
             steps: vec![],
@@ -166,6 +167,7 @@ fn a_write_failing_part_way_fails_alone_and_the_rest_of_its_group_commits() {
             expect: Expect {
                 status: RunStatus::Running,
                 owner: Some("me".into()),
+                pending_approval: None,
             },
             run: r,
             steps: vec![],
@@ -241,6 +243,7 @@ fn a_group_writes_every_step_version_and_status_whole() {
             expect: Expect {
                 status: was,
                 owner: Some("me".into()),
+                pending_approval: None,
             },
             run: r,
             steps,

@@ -285,6 +285,7 @@ async fn an_interrupted_side_effects_approval_altered_after_the_fact_is_refused_
         expect: Expect {
             status: RunStatus::Running,
             owner: None,
+            pending_approval: None,
         },
         run: run.clone(),
         steps: vec![step],

@@ -175,6 +175,38 @@ async fn approval_pauses_then_approve_and_resume_runs_exactly_the_recorded_call(
 }
 
 #[tokio::test]
+async fn two_operators_deciding_one_approval_at_once_cannot_both_succeed() {
+    use keel::driver::operator::decision_transition;
+    let (_d, db) = tmpdb();
+    let rt = runtime(&db);
+    let n = Arc::new(Mutex::new(0));
+    let (c, _) = consumers(
+        vec![call("ask_write", r#"{"n":7}"#)],
+        vec![counting_tool("ask_write", Effect::LocalMutation, n.clone())],
+    );
+    let out = rt.start("x", Limits::default(), "{}", c).await.unwrap();
+    let a = out.pending.expect("a pending approval");
+    // Both read the same pending approval, then both write.
+    let mut op = Store::open(&db, keel::Sync::Full).unwrap();
+    let run = op.run(&out.run.id).unwrap();
+    let approve = decision_transition(&run, &a, true, "alice", None, 1).unwrap();
+    let deny = decision_transition(&run, &a, false, "bob", None, 1).unwrap();
+    op.commit(approve).unwrap();
+    assert!(
+        matches!(op.commit(deny), Err(StoreError::Conflict { .. })),
+        "the second decision is refused by the compare-and-set"
+    );
+    let stored = op.approval(&a.id).unwrap();
+    assert_eq!(stored.status, ApprovalStatus::Approved);
+    assert_eq!(stored.decided_by.as_deref(), Some("alice"));
+    let decided = common::kinds(&op, &out.run.id)
+        .iter()
+        .filter(|k| k.starts_with("approval.approved") || k.starts_with("approval.denied"))
+        .count();
+    assert_eq!(decided, 1, "one decision journaled");
+}
+
+#[tokio::test]
 async fn denial_is_final_and_visible_and_a_tampered_approval_is_refused() {
     let (_d, db) = tmpdb();
     let rt = runtime(&db);

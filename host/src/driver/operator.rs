@@ -1,5 +1,8 @@
-//! What an operator's cancel does to a run, written as one transition.
+//! What operators and lease takers do to a run, each written once as a
+//! transition with its compare-and-set, so that every store engine commits
+//! the same rules: cancel, approve or deny, take a lease.
 //!
+//! Cancelling:
 //! Cancelling ends the run (`cancelled`, `operator_cancelled`) and settles
 //! what it was in, in the same transaction, so that nothing is left open:
 //!
@@ -16,7 +19,7 @@
 //! A live lease is kept on the cancelled run, so that its holder can settle
 //! the executing step and release it; an expired one is cleared.
 
-use crate::store::{Expect, NewEvent, StoreError, Transition};
+use crate::store::{Expect, NewEvent, RunStore, StoreError, Transition};
 use crate::types::*;
 use serde_json::json;
 
@@ -120,6 +123,7 @@ pub fn cancel_transition(
         expect: Expect {
             status: run.status,
             owner: run.lease_owner.clone(),
+            pending_approval: None,
         },
         run: next,
         steps: settled,
@@ -129,33 +133,252 @@ pub fn cancel_transition(
     }
 }
 
+/// How often a rule reads again when the run moved on between its read and
+/// its write (a step committed meanwhile), before it gives up.
+const ATTEMPTS: usize = 20;
+
 /// Cancels a run through `store`: reads it, builds [`cancel_transition`]
 /// and commits it, reading again if the run moved on meanwhile (the
 /// compare-and-set is on its status and lease owner). A terminal run is
 /// refused.
+pub async fn cancel_in(
+    store: &dyn RunStore,
+    run_id: &str,
+    who: &str,
+    now: i64,
+) -> Result<Run, StoreError> {
+    for _ in 0..ATTEMPTS {
+        let run = store.run(run_id).await?;
+        refuse_terminal(&run)?;
+        let steps = store.steps(run_id).await?;
+        let approvals = store.approvals(run_id).await?;
+        match store
+            .commit(cancel_transition(&run, &steps, &approvals, who, now))
+            .await
+        {
+            Ok(done) => return Ok(done.run),
+            Err(StoreError::Conflict { .. }) => continue, // a step moved on: read again
+            Err(e) => return Err(e),
+        }
+    }
+    Err(kept_changing(run_id))
+}
+
+/// [`cancel_in`] on a SQLite store held directly.
 pub fn cancel(
     store: &mut crate::store::Store,
     run_id: &str,
     who: &str,
     now: i64,
 ) -> Result<Run, StoreError> {
-    for _ in 0..20 {
+    for _ in 0..ATTEMPTS {
         let run = store.run(run_id)?;
-        if run.status.is_terminal() {
-            return Err(StoreError::Refused(format!(
-                "run {run_id} is already {}",
-                run.status
-            )));
-        }
+        refuse_terminal(&run)?;
         let steps = store.load_steps(run_id)?;
         let approvals = store.load_approvals(run_id)?;
         match store.commit(cancel_transition(&run, &steps, &approvals, who, now)) {
             Ok(done) => return Ok(done.run),
-            Err(StoreError::Conflict { .. }) => continue, // a step moved on: read again
+            Err(StoreError::Conflict { .. }) => continue,
             Err(e) => return Err(e),
         }
     }
-    Err(StoreError::Refused(format!(
+    Err(kept_changing(run_id))
+}
+
+fn refuse_terminal(run: &Run) -> Result<(), StoreError> {
+    if run.status.is_terminal() {
+        return Err(StoreError::Refused(format!(
+            "run {} is already {}",
+            run.id, run.status
+        )));
+    }
+    Ok(())
+}
+
+fn kept_changing(run_id: &str) -> StoreError {
+    StoreError::Refused(format!(
         "run {run_id} kept changing while it was being cancelled; try again"
-    )))
+    ))
+}
+
+/// The transition that records an operator's decision on approval `a` of
+/// `run`: it must be pending and unexpired, and the run waiting for it.
+/// The run stays paused; `resume` acts on the decision. Its
+/// compare-and-set includes the approval still being pending, so two
+/// operators deciding at once cannot both succeed.
+pub fn decision_transition(
+    run: &Run,
+    a: &Approval,
+    approve: bool,
+    who: &str,
+    note: Option<&str>,
+    now: i64,
+) -> Result<Transition, StoreError> {
+    if a.status != ApprovalStatus::Pending {
+        return Err(StoreError::Refused(format!(
+            "approval {} is not pending: it is {}",
+            a.id, a.status
+        )));
+    }
+    if a.expires_at.is_some_and(|exp| exp <= now) {
+        return Err(StoreError::Refused(format!(
+            "approval {} expired; resume the run to record the expiry",
+            a.id
+        )));
+    }
+    if run.status != RunStatus::WaitingForApproval {
+        return Err(StoreError::Refused(format!(
+            "run {} is {}, not waiting for approval",
+            run.id, run.status
+        )));
+    }
+    let mut decided = a.clone();
+    decided.status = if approve {
+        ApprovalStatus::Approved
+    } else {
+        ApprovalStatus::Denied
+    };
+    decided.decided_by = Some(who.to_string());
+    decided.note = note.map(str::to_string);
+    decided.decided_at = Some(now);
+    let kind = if approve {
+        EventKind::ApprovalApproved
+    } else {
+        EventKind::ApprovalDenied
+    };
+    let mut next = run.clone();
+    next.updated_at = now;
+    Ok(Transition {
+        expect: Expect {
+            status: run.status,
+            owner: run.lease_owner.clone(),
+            pending_approval: Some(a.id.clone()),
+        },
+        run: next,
+        steps: vec![],
+        approvals: vec![decided],
+        events: vec![NewEvent::new(
+            kind,
+            Some(a.step_index),
+            json!({ "approval": a.id, "by": who, "note": note }),
+        )],
+        model_calls: vec![],
+    })
+}
+
+/// Records an operator's decision through `store` (see
+/// [`decision_transition`]) and returns the decided approval.
+pub async fn decide_in(
+    store: &dyn RunStore,
+    approval_id: &str,
+    approve: bool,
+    who: &str,
+    note: Option<&str>,
+    now: i64,
+) -> Result<Approval, StoreError> {
+    let a = store.approval(approval_id).await?;
+    let run = store.run(&a.run_id).await?;
+    let t = decision_transition(&run, &a, approve, who, note, now)?;
+    let done = store
+        .commit(t)
+        .await
+        .map_err(|e| decided_meanwhile(approval_id, e))?;
+    Ok(done.approvals.into_iter().next().unwrap_or(a))
+}
+
+/// A decision's compare-and-set failed: someone else decided, or the run
+/// moved on.
+pub fn decided_meanwhile(approval_id: &str, e: StoreError) -> StoreError {
+    match e {
+        StoreError::Conflict { .. } => StoreError::Refused(format!(
+            "approval {approval_id} was decided or its run changed meanwhile; look again"
+        )),
+        e => e,
+    }
+}
+
+/// The transition that gives `run`'s lease to `owner` until `now + ttl_ms`.
+/// A lease that is free, expired, or held by a process of this host that
+/// is gone is taken; one held elsewhere only with `take_over` (the
+/// operator who says its holder is gone). Every taking from another owner
+/// is journaled (`lease.taken_over`, with why).
+pub fn lease_transition(
+    run: &Run,
+    owner: &str,
+    now: i64,
+    ttl_ms: i64,
+    take_over: Option<&str>,
+) -> Result<Transition, StoreError> {
+    if run.status.is_terminal() {
+        return Err(StoreError::Terminal {
+            run_id: run.id.clone(),
+            status: run.status,
+        });
+    }
+    let mut events = Vec::new();
+    match (&run.lease_owner, run.lease_expires) {
+        (Some(o), Some(exp)) if o != owner && exp > now => {
+            let why = match take_over {
+                Some(by) => json!({ "why": "operator", "by": by }),
+                None if crate::store::lease::holder_gone(o) => json!({ "why": "holder_gone" }),
+                None => {
+                    return Err(StoreError::Leased {
+                        run_id: run.id.clone(),
+                        owner: o.clone(),
+                        expires: exp,
+                    })
+                }
+            };
+            let mut why = why;
+            why["from"] = json!(o);
+            why["to"] = json!(owner);
+            why["expires_at"] = json!(exp);
+            events.push(NewEvent::new(EventKind::LeaseTakenOver, None, why));
+        }
+        (Some(o), _) if o != owner => events.push(NewEvent::new(
+            EventKind::LeaseTakenOver,
+            None,
+            json!({ "from": o, "to": owner, "why": "expired", "expired_at": run.lease_expires }),
+        )),
+        _ => {}
+    }
+    let mut next = run.clone();
+    next.lease_owner = Some(owner.to_string());
+    next.lease_expires = Some(now + ttl_ms);
+    next.updated_at = now;
+    Ok(Transition {
+        expect: Expect {
+            status: run.status,
+            owner: run.lease_owner.clone(),
+            pending_approval: None,
+        },
+        run: next,
+        steps: vec![],
+        approvals: vec![],
+        events,
+        model_calls: vec![],
+    })
+}
+
+/// Takes `run_id`'s lease through `store` (see [`lease_transition`]).
+pub async fn take_lease_in(
+    store: &dyn RunStore,
+    run_id: &str,
+    owner: &str,
+    now: i64,
+    ttl_ms: i64,
+    take_over: Option<&str>,
+) -> Result<Run, StoreError> {
+    let run = store.run(run_id).await?;
+    let t = lease_transition(&run, owner, now, ttl_ms, take_over)?;
+    match store.commit(t).await {
+        Ok(done) => Ok(done.run),
+        Err(StoreError::Conflict { .. }) => Err(lease_changed(run_id)),
+        Err(e) => Err(e),
+    }
+}
+
+/// The lease moved between the read and the write: someone else took it.
+pub fn lease_changed(run_id: &str) -> StoreError {
+    StoreError::Refused(format!("run {run_id}: lease changed while taking it"))
 }

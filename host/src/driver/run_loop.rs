@@ -123,18 +123,9 @@ pub(super) async fn resume(
     let owner = crate::store::lease::owner_id(&rt.ids.next("lease"));
     let now = rt.clock.now_ms();
     let (id, o, ttl) = (run_id.to_string(), owner.clone(), rt.lease_ttl_ms);
-    let current = {
-        let id = id.clone();
-        rt.store.run(&id).await?
-    };
-    if current.status.is_terminal() {
-        return Err(DriverError::Terminal(current.id, current.status));
-    }
-    let run = match rt
-        .store
-        .acquire_lease(&id, &o, now, ttl, take_over.as_deref())
-        .await
-    {
+    let taken =
+        super::operator::take_lease_in(&*rt.store, &id, &o, now, ttl, take_over.as_deref()).await;
+    let run = match taken {
         Ok(run) => run,
         // Finished by another process since it was read above.
         Err(StoreError::Terminal { run_id, status }) => {
@@ -242,6 +233,7 @@ impl<'r> Loop<'r> {
             expect: Expect {
                 status: self.run.status,
                 owner: Some(self.owner.clone()),
+                pending_approval: None,
             },
             run,
             steps,
@@ -1216,6 +1208,7 @@ impl<'r> Loop<'r> {
             expect: Expect {
                 status: RunStatus::Cancelled,
                 owner: Some(self.owner.clone()),
+                pending_approval: None,
             },
             run,
             steps,

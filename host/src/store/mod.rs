@@ -84,6 +84,9 @@ pub struct Expect {
     pub status: RunStatus,
     /// The lease owner that must hold the run (`None`: nobody may hold it).
     pub owner: Option<String>,
+    /// An approval of the run that must still be pending (an operator's
+    /// decision: two operators deciding at once cannot both succeed).
+    pub pending_approval: Option<String>,
 }
 
 /// What a committed transition wrote, decoded from the bound columns.
@@ -144,7 +147,8 @@ pub trait RunReader: Send + std::marker::Sync {
 /// A store that loops write to: runs created and moved on by transitions,
 /// each a compare-and-set committed with its events, and the leases that
 /// say which process drives a run. The driver reaches a store only through
-/// this.
+/// this. Taking a lease, cancelling and deciding approvals are transitions
+/// too, built once above the engines (`driver::operator`).
 #[async_trait::async_trait]
 pub trait RunStore: RunReader {
     /// Inserts a new run with its first steps and events.
@@ -157,17 +161,6 @@ pub trait RunStore: RunReader {
     /// Commits one transition, or fails with [`StoreError::Conflict`] when
     /// its expectation no longer holds (nothing is written then).
     async fn commit(&self, t: Transition) -> Result<Committed, StoreError>;
-    /// Takes the run's lease for `owner` until `now + ttl_ms`: free,
-    /// expired, held by a process of this host that is gone, or, with
-    /// `take_over` (the operator's name), held by anyone.
-    async fn acquire_lease(
-        &self,
-        run_id: &str,
-        owner: &str,
-        now: i64,
-        ttl_ms: i64,
-        take_over: Option<&str>,
-    ) -> Result<Run, StoreError>;
     /// Extends `owner`'s lease; `false` when it no longer holds it.
     async fn heartbeat(
         &self,

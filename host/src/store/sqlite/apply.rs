@@ -149,6 +149,21 @@ impl<'c> Statements<'c> {
     /// `w` holds `t`'s rows and events, encoded (`t.events` is not read).
     fn apply(&mut self, t: &Transition, w: &Prepared) -> Result<Written, StoreError> {
         let run = &t.run;
+        // Checked before anything is written, so that a refusal leaves
+        // nothing behind (see `nothing_written`).
+        if let Some(id) = &t.expect.pending_approval {
+            let status: Option<String> = self
+                .conn
+                .query_row(
+                    "SELECT status FROM approvals WHERE id=?1 AND run_id=?2",
+                    [id, &run.id],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            if status.as_deref() != Some("pending") {
+                return Err(self.refusal(&run.id));
+            }
+        }
         let update = if run.status == t.expect.status {
             Sql::UpdateRunKeepStatus
         } else {
@@ -300,14 +315,4 @@ pub(super) fn nothing_written(w: &Write, e: &StoreError) -> bool {
         ),
         _ => false,
     }
-}
-
-/// Inserts `events` on `conn` outside a group (operator commands).
-pub(super) fn insert_events(
-    conn: &Connection,
-    run_id: &str,
-    at: i64,
-    events: &[EncodedEvent],
-) -> Result<Written, StoreError> {
-    Statements::new(conn).insert_events(run_id, at, events)
 }

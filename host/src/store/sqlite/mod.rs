@@ -15,7 +15,7 @@ pub use rows::{ApprovalRow, StepRow};
 pub use schema::{CURRENT_VERSION, MIGRATIONS};
 pub use writer::{StoreHandle, WriterStats, WRITER_THREAD};
 
-use super::{lease, Committed, Event, NewEvent, StoreError, StoredModelCall, Transition};
+use super::{Committed, Event, NewEvent, StoreError, StoredModelCall, Transition};
 use crate::types::*;
 use rows::{read_event, read_run, APPROVAL_COLUMNS, RUN_COLUMNS, STEP_COLUMNS};
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, TransactionBehavior};
@@ -642,69 +642,13 @@ impl Store {
         take_over: Option<&str>,
     ) -> Result<Run, StoreError> {
         self.writable()?;
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let run = {
-            let mut stmt =
-                tx.prepare_cached(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE id=?1"))?;
-            let mut rows = stmt.query([run_id])?;
-            match rows.next()? {
-                Some(r) => read_run(r)?,
-                None => return Err(StoreError::RunNotFound(run_id.to_string())),
-            }
-        };
-        if run.status.is_terminal() {
-            return Err(StoreError::Terminal {
-                run_id: run_id.into(),
-                status: run.status,
-            });
+        let run = self.run(run_id)?;
+        let t = crate::driver::operator::lease_transition(&run, owner, now, ttl_ms, take_over)?;
+        match self.commit(t) {
+            Ok(done) => Ok(done.run),
+            Err(StoreError::Conflict { .. }) => Err(crate::driver::operator::lease_changed(run_id)),
+            Err(e) => Err(e),
         }
-        let mut events = Vec::new();
-        match (&run.lease_owner, run.lease_expires) {
-            (Some(o), Some(exp)) if o != owner && exp > now => {
-                let why = match take_over {
-                    Some(by) => Some(serde_json::json!({ "why": "operator", "by": by })),
-                    None if lease::holder_gone(o) => {
-                        Some(serde_json::json!({ "why": "holder_gone" }))
-                    }
-                    None => None,
-                };
-                let Some(mut why) = why else {
-                    return Err(StoreError::Leased {
-                        run_id: run_id.into(),
-                        owner: o.clone(),
-                        expires: exp,
-                    });
-                };
-                why["from"] = serde_json::json!(o);
-                why["to"] = serde_json::json!(owner);
-                why["expires_at"] = serde_json::json!(exp);
-                events.push(NewEvent::new(EventKind::LeaseTakenOver, None, why));
-            }
-            (Some(o), _) if o != owner => events.push(NewEvent::new(
-                EventKind::LeaseTakenOver,
-                None,
-                serde_json::json!({ "from": o, "to": owner, "why": "expired", "expired_at": run.lease_expires }),
-            )),
-            _ => {}
-        }
-        let n = tx
-            .prepare_cached(
-                "UPDATE runs SET lease_owner=?2, lease_expires=?3 WHERE id=?1 AND lease_owner IS ?4 AND status=?5",
-            )?
-            .execute(params![run_id, owner, now + ttl_ms, run.lease_owner, run.status.as_str()])?;
-        if n != 1 {
-            return Err(StoreError::Refused(format!(
-                "run {run_id}: lease changed while taking it"
-            )));
-        }
-        apply::insert_events(&tx, run_id, now, &encode(&events))?;
-        tx.commit()?;
-        let mut run = run;
-        run.lease_owner = Some(owner.to_string());
-        run.lease_expires = Some(now + ttl_ms);
-        Ok(run)
     }
 
     /// Extends `owner`'s lease. `false` when it no longer holds it.
@@ -751,67 +695,15 @@ impl Store {
         note: Option<&str>,
         now: i64,
     ) -> Result<Approval, StoreError> {
+        use crate::driver::operator::{decided_meanwhile, decision_transition};
         self.writable()?;
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let row = tx
-            .prepare_cached(&format!(
-                "SELECT {APPROVAL_COLUMNS} FROM approvals WHERE id=?1"
-            ))?
-            .query_row([approval_id], ApprovalRow::read)
-            .optional()?
-            .ok_or_else(|| StoreError::ApprovalNotFound(approval_id.to_string()))?;
-        let a = row.decode()?;
-        if a.status != ApprovalStatus::Pending {
-            return Err(StoreError::Refused(format!(
-                "approval {approval_id} is not pending: it is {}",
-                a.status
-            )));
-        }
-        if let Some(exp) = a.expires_at {
-            if exp <= now {
-                return Err(StoreError::Refused(format!(
-                    "approval {approval_id} expired; resume the run to record the expiry"
-                )));
-            }
-        }
-        let status: String =
-            tx.query_row("SELECT status FROM runs WHERE id=?1", [&a.run_id], |r| {
-                r.get(0)
-            })?;
-        if status != RunStatus::WaitingForApproval.as_str() {
-            return Err(StoreError::Refused(format!(
-                "run {} is {status}, not waiting for approval",
-                a.run_id
-            )));
-        }
-        let new_status = if approve {
-            ApprovalStatus::Approved
-        } else {
-            ApprovalStatus::Denied
-        };
-        tx.prepare_cached(
-            "UPDATE approvals SET status=?2, decided_by=?3, note=?4, decided_at=?5 WHERE id=?1 AND status='pending'",
-        )?
-        .execute(params![approval_id, new_status.as_str(), who, note, now])?;
-        let kind = if approve {
-            EventKind::ApprovalApproved
-        } else {
-            EventKind::ApprovalDenied
-        };
-        apply::insert_events(
-            &tx,
-            &a.run_id,
-            now,
-            &encode(&[NewEvent::new(
-                kind,
-                Some(a.step_index),
-                serde_json::json!({ "approval": approval_id, "by": who, "note": note }),
-            )]),
-        )?;
-        tx.commit()?;
-        self.approval(approval_id)
+        let a = self.approval(approval_id)?;
+        let run = self.run(&a.run_id)?;
+        let t = decision_transition(&run, &a, approve, who, note, now)?;
+        let done = self
+            .commit(t)
+            .map_err(|e| decided_meanwhile(approval_id, e))?;
+        Ok(done.approvals.into_iter().next().unwrap_or(a))
     }
 
     /// Pending approvals of every run, oldest first.

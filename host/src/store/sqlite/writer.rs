@@ -310,22 +310,6 @@ impl crate::store::RunStore for StoreHandle {
     async fn commit(&self, t: Transition) -> Result<Committed, StoreError> {
         StoreHandle::commit(self, t).await
     }
-    async fn acquire_lease(
-        &self,
-        run_id: &str,
-        owner: &str,
-        now: i64,
-        ttl_ms: i64,
-        take_over: Option<&str>,
-    ) -> Result<Run, StoreError> {
-        let (id, o, by) = (
-            run_id.to_string(),
-            owner.to_string(),
-            take_over.map(str::to_string),
-        );
-        self.with(move |s| s.acquire_lease_as(&id, &o, now, ttl_ms, by.as_deref()))
-            .await?
-    }
     async fn heartbeat(
         &self,
         run_id: &str,
