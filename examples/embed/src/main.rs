@@ -100,18 +100,18 @@ async fn main() -> anyhow::Result<()> {
         out.run.id, approval.call.tool, approval.call.arguments, approval.reason
     );
 
-    // The program decides itself, through a second connection as any operator would.
-    let mut op = Store::open(&db, Sync::Full)?;
+    // The program decides itself, through the operator's API as `keel
+    // approve` does.
+    let op = runtime.operator();
     let units: i64 = serde_json::from_str::<serde_json::Value>(&approval.call.arguments)?["units"]
         .as_i64()
         .unwrap_or(0);
-    op.decide_approval(
-        &approval.id,
-        units <= 10,
-        "embed-example",
-        Some("under the limit of 10"),
-        0,
-    )?;
+    let note = Some("under the limit of 10");
+    if units <= 10 {
+        op.approve(&approval.id, "embed-example", note).await?;
+    } else {
+        op.deny(&approval.id, "embed-example", note).await?;
+    }
 
     let done = runtime
         .resume(&out.run.id, consumers(&host, &plugins).await?)
@@ -122,7 +122,7 @@ async fn main() -> anyhow::Result<()> {
         done.run.status,
         done.run.result.as_deref().unwrap_or("null")
     );
-    for s in op.load_steps(&done.run.id)? {
+    for s in op.show(&done.run.id).await?.steps {
         if let Some(o) = s.observation {
             println!("  step {}: {} {}", s.index, o.kind, o.content);
         }

@@ -235,9 +235,6 @@ fn classify(e: &anyhow::Error) -> i32 {
                 _ => exit::USAGE,
             };
         }
-        if cause.downcast_ref::<run_cmd::Refused>().is_some() {
-            return exit::REFUSED;
-        }
     }
     exit::USAGE
 }

@@ -6,7 +6,7 @@
 //! erase a line or fake one. `--json` output is exact (JSON escapes them).
 
 use crate::driver::Outcome;
-use crate::store::{Event, Store, StoredModelCall};
+use crate::store::{Event, StoredModelCall};
 use crate::types::*;
 use std::borrow::Cow;
 use std::fmt::Write as _;
@@ -114,7 +114,12 @@ pub fn print_outcome(o: &Outcome, json: bool) {
     }
 }
 
-pub fn print_runs(runs: &[Run], store: &Store, json: bool) -> anyhow::Result<()> {
+/// `pending` maps a waiting run's id to its pending approval's.
+pub fn print_runs(
+    runs: &[Run],
+    pending: &std::collections::HashMap<String, String>,
+    json: bool,
+) -> anyhow::Result<()> {
     if json {
         println!("{}", serde_json::to_string(runs)?);
         return Ok(());
@@ -124,11 +129,9 @@ pub fn print_runs(runs: &[Run], store: &Store, json: bool) -> anyhow::Result<()>
     }
     for r in runs {
         let pending = if r.status == RunStatus::WaitingForApproval {
-            store
-                .load_approvals(&r.id)?
-                .into_iter()
-                .find(|a| a.status == ApprovalStatus::Pending)
-                .map(|a| format!(" (approval {})", a.id))
+            pending
+                .get(&r.id)
+                .map(|a| format!(" (approval {a})"))
                 .unwrap_or_default()
         } else if r.status == RunStatus::Parked {
             r.retry_at

@@ -3,17 +3,12 @@
 use super::output::{print_event, print_outcome, print_run_detail, print_runs, safe, say};
 use super::{exit, Cli, Command};
 use crate::config::{assemble_with_progress, Config};
-use crate::driver::{Outcome, Runtime};
+use crate::driver::{Operator, Outcome, Runtime};
 use crate::store::{Store, StoreHandle};
 use crate::types::{RunStatus, MAX_GOAL_BYTES};
 use anyhow::{anyhow, Context};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-
-/// An operation that does not apply to the run as it is.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct Refused(pub String);
 
 pub async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
     let store_flag = cli.store.clone();
@@ -42,27 +37,29 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
             limit,
             json,
         } => {
-            let store = open_read(store_flag)?;
+            let op = reader(store_flag)?;
             let status = status
                 .map(|s| s.parse::<RunStatus>().map_err(|e| anyhow!("--status: {e}")))
                 .transpose()?;
-            let runs = store.list_runs(status, limit)?;
-            print_runs(&runs, &store, json)?;
+            let runs = op.runs(status, limit).await?;
+            let mut pending = std::collections::HashMap::new();
+            for r in runs
+                .iter()
+                .filter(|r| r.status == RunStatus::WaitingForApproval)
+            {
+                if let Some(a) = op.pending_approval(&r.id).await? {
+                    pending.insert(r.id.clone(), a.id);
+                }
+            }
+            print_runs(&runs, &pending, json)?;
             if !json && limit > 0 && runs.len() == limit as usize {
                 eprintln!("(the newest {limit} runs; --limit N lists more)");
             }
             Ok(exit::OK)
         }
         Command::Show { run_id, json } => {
-            let store = open_read(store_flag)?;
-            let run = store.run(&run_id)?;
-            print_run_detail(
-                &run,
-                &store.load_steps(&run_id)?,
-                &store.load_approvals(&run_id)?,
-                &store.model_calls(&run_id)?,
-                json,
-            )?;
+            let d = reader(store_flag)?.show(&run_id).await?;
+            print_run_detail(&d.run, &d.steps, &d.approvals, &d.model_calls, json)?;
             Ok(exit::OK)
         }
         Command::Events {
@@ -71,11 +68,14 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
             follow,
             json,
         } => events(store_flag, run_id, after, follow, json).await,
-        Command::Approve { id, by, note } => decide(store_flag, &id, true, &by, note.as_deref()),
-        Command::Deny { id, by, note } => decide(store_flag, &id, false, &by, note.as_deref()),
+        Command::Approve { id, by, note } => {
+            decide(store_flag, &id, true, &by, note.as_deref()).await
+        }
+        Command::Deny { id, by, note } => {
+            decide(store_flag, &id, false, &by, note.as_deref()).await
+        }
         Command::Cancel { run_id, by } => {
-            let mut store = open_write(store_flag)?;
-            let run = store.cancel(&run_id, &by, now()).map_err(refusal)?;
+            let run = writer(store_flag)?.cancel(&run_id, &by).await?;
             say!(
                 "run {} cancelled (was running or paused; a live loop stops at once, or when its tool returns)",
                 run.id
@@ -85,14 +85,6 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Plugin(cmd) => super::plugin_cmd::run(cmd).await,
         Command::Bench(cmd) => super::bench_cmd::run(cmd).await,
     }
-}
-
-fn refusal(e: crate::store::StoreError) -> anyhow::Error {
-    anyhow::Error::new(e)
-}
-
-fn now() -> i64 {
-    crate::driver::Clock::now_ms(&crate::driver::SystemClock)
 }
 
 fn store_path(flag: Option<PathBuf>) -> PathBuf {
@@ -115,13 +107,26 @@ fn open_read(flag: Option<PathBuf>) -> anyhow::Result<Store> {
     Store::open_read_only(&p).with_context(|| format!("opening the store {}", p.display()))
 }
 
-fn open_write(flag: Option<PathBuf>) -> anyhow::Result<Store> {
+/// The operator's API on the store, read-only: never migrates or writes.
+fn reader(flag: Option<PathBuf>) -> anyhow::Result<Operator> {
     let p = store_path(flag);
     if !p.exists() {
         return Err(no_store(&p));
     }
-    Store::open(&p, crate::store::Sync::Full)
-        .with_context(|| format!("opening the store {}", p.display()))
+    let store = crate::store::ReadOnlyStore::open(&p)
+        .with_context(|| format!("opening the store {}", p.display()))?;
+    Ok(Operator::reading(Arc::new(store)))
+}
+
+/// The operator's API on the store, for decisions and cancels.
+fn writer(flag: Option<PathBuf>) -> anyhow::Result<Operator> {
+    let p = store_path(flag);
+    if !p.exists() {
+        return Err(no_store(&p));
+    }
+    let store = Store::open(&p, crate::store::Sync::Full)
+        .with_context(|| format!("opening the store {}", p.display()))?;
+    Ok(Operator::writing(Arc::new(StoreHandle::spawn(store))))
 }
 
 /// The goal from `--goal` or `--goal-file` (`-`: standard input), at most
@@ -161,38 +166,19 @@ fn read_goal(goal: Option<String>, file: Option<&Path>) -> anyhow::Result<String
     Ok(text)
 }
 
-fn decide(
+async fn decide(
     flag: Option<PathBuf>,
     id: &str,
     approve: bool,
     by: &str,
     note: Option<&str>,
 ) -> anyhow::Result<i32> {
-    let mut store = open_write(flag)?;
-    // Accept the id of the waiting run as well as the approval's.
-    let approval_id = if store.get_run(id)?.is_some() {
-        let pending: Vec<_> = store
-            .load_approvals(id)?
-            .into_iter()
-            .filter(|a| a.status == crate::types::ApprovalStatus::Pending)
-            .collect();
-        match pending.as_slice() {
-            [a] => a.id.clone(),
-            [] => {
-                return Err(anyhow!(Refused(format!(
-                    "run {id} has no pending approval"
-                ))))
-            }
-            _ => {
-                return Err(anyhow!(Refused(format!(
-                    "run {id} has several pending approvals; name one"
-                ))))
-            }
-        }
+    let op = writer(flag)?;
+    let a = if approve {
+        op.approve(id, by, note).await?
     } else {
-        id.to_string()
+        op.deny(id, by, note).await?
     };
-    let a = store.decide_approval(&approval_id, approve, by, note, now())?;
     let verb = if approve { "approved" } else { "denied" };
     say!(
         "approval {} {verb} by {by}: {} {}",
@@ -258,8 +244,7 @@ async fn resume(
     let config = match config {
         Some(c) => c,
         None => {
-            let store = open_read(store_flag.clone())?;
-            let run = store.run(run_id)?;
+            let run = reader(store_flag.clone())?.run(run_id).await?;
             let meta: serde_json::Value = serde_json::from_str(&run.meta).unwrap_or_default();
             PathBuf::from(
                 meta["config"]

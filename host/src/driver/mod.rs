@@ -7,10 +7,12 @@
 //! equals a fresh load.
 
 pub mod clock;
+mod facade;
 pub mod operator;
 mod run_loop;
 
 pub use clock::{Clock, Ids, RandomIds, SeqIds, StepClock, SystemClock};
+pub use facade::{Operator, RunDetail};
 pub use operator::cancel;
 
 use crate::consumer::{Agent, Policy};
@@ -134,6 +136,11 @@ impl Runtime {
     pub fn reload_each_step(mut self, on: bool) -> Self {
         self.reload_each_step = on;
         self
+    }
+
+    /// The operator's API on this runtime's store and clock.
+    pub fn operator(&self) -> Operator {
+        Operator::writing(self.store.clone()).with_clock(self.clock.clone())
     }
 
     pub fn store(&self) -> &Arc<dyn RunStore> {

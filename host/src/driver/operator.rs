@@ -369,16 +369,21 @@ pub async fn take_lease_in(
     ttl_ms: i64,
     take_over: Option<&str>,
 ) -> Result<Run, StoreError> {
-    let run = store.run(run_id).await?;
-    let t = lease_transition(&run, owner, now, ttl_ms, take_over)?;
-    match store.commit(t).await {
-        Ok(done) => Ok(done.run),
-        Err(StoreError::Conflict { .. }) => Err(lease_changed(run_id)),
-        Err(e) => Err(e),
+    // A conflict means the run moved on since it was read (another taker
+    // won, or a step committed): read again, and the rules say what now.
+    for _ in 0..ATTEMPTS {
+        let run = store.run(run_id).await?;
+        let t = lease_transition(&run, owner, now, ttl_ms, take_over)?;
+        match store.commit(t).await {
+            Ok(done) => return Ok(done.run),
+            Err(StoreError::Conflict { .. }) => continue,
+            Err(e) => return Err(e),
+        }
     }
+    Err(lease_changed(run_id))
 }
 
-/// The lease moved between the read and the write: someone else took it.
+/// The lease kept moving between the reads and the writes.
 pub fn lease_changed(run_id: &str) -> StoreError {
     StoreError::Refused(format!("run {run_id}: lease changed while taking it"))
 }

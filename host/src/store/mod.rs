@@ -12,8 +12,8 @@ pub mod sqlite;
 
 pub use error::StoreError;
 pub use sqlite::{
-    ApprovalRow, Prepared, StepRow, Store, StoreHandle, Sync, Write, WriterStats, Written,
-    BUSY_TIMEOUT_MS, CURRENT_VERSION, MIGRATIONS, WAL_CHECKPOINT_PAGES, WRITER_THREAD,
+    ApprovalRow, Prepared, ReadOnlyStore, StepRow, Store, StoreHandle, Sync, Write, WriterStats,
+    Written, BUSY_TIMEOUT_MS, CURRENT_VERSION, MIGRATIONS, WAL_CHECKPOINT_PAGES, WRITER_THREAD,
 };
 
 use crate::types::*;

@@ -7,10 +7,12 @@
 
 mod apply;
 mod errors;
+mod reader;
 mod rows;
 mod schema;
 mod writer;
 
+pub use reader::ReadOnlyStore;
 pub use rows::{ApprovalRow, StepRow};
 pub use schema::{CURRENT_VERSION, MIGRATIONS};
 pub use writer::{StoreHandle, WriterStats, WRITER_THREAD};
@@ -642,13 +644,18 @@ impl Store {
         take_over: Option<&str>,
     ) -> Result<Run, StoreError> {
         self.writable()?;
-        let run = self.run(run_id)?;
-        let t = crate::driver::operator::lease_transition(&run, owner, now, ttl_ms, take_over)?;
-        match self.commit(t) {
-            Ok(done) => Ok(done.run),
-            Err(StoreError::Conflict { .. }) => Err(crate::driver::operator::lease_changed(run_id)),
-            Err(e) => Err(e),
+        // A conflict means another writer moved the run on since the read:
+        // read again, and the rules say what now.
+        for _ in 0..20 {
+            let run = self.run(run_id)?;
+            let t = crate::driver::operator::lease_transition(&run, owner, now, ttl_ms, take_over)?;
+            match self.commit(t) {
+                Ok(done) => return Ok(done.run),
+                Err(StoreError::Conflict { .. }) => continue,
+                Err(e) => return Err(e),
+            }
         }
+        Err(crate::driver::operator::lease_changed(run_id))
     }
 
     /// Extends `owner`'s lease. `false` when it no longer holds it.
