@@ -321,40 +321,17 @@ fn a_goal_comes_from_a_file_or_standard_input_within_its_limit() {
 #[test]
 fn a_run_whose_model_server_is_down_parks_and_the_operator_sees_why() {
     let dir = tempfile::tempdir().unwrap();
-    let (Some(agent), Some(policy), Some(echo)) = (
-        plugin_path("agent-llm-rust.wasm"),
-        plugin_path("policy-rules-rust.wasm"),
-        plugin_path("tool-echo-rust.wasm"),
+    // Nothing listens on the discard port: every attempt is refused.
+    let Some(cfg_path) = common::wasm::llm_echo_config(
+        dir.path(),
+        "keel.toml",
+        r#"provider = "openai"
+base_url = "http://127.0.0.1:9/v1"
+model = "m"
+max_retries = 1"#,
     ) else {
         return;
     };
-    // Nothing listens on the discard port: every attempt is refused.
-    let cfg = format!(
-        r#"store = "keel.db"
-[engine]
-cache_dir = "{cache}"
-[model]
-provider = "openai"
-base_url = "http://127.0.0.1:9/v1"
-model = "m"
-max_retries = 1
-[agent]
-component = "{agent}"
-[policy]
-component = "{policy}"
-config = {{ rules = [ {{ tool = "echo", action = "allow" }} ] }}
-[[tools]]
-component = "{echo}"
-"#,
-        cache = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../target/keel-test-cache")
-            .display(),
-        agent = agent.display(),
-        policy = policy.display(),
-        echo = echo.display(),
-    );
-    let cfg_path = dir.path().join("keel.toml");
-    std::fs::write(&cfg_path, cfg).unwrap();
     let store = dir.path().join("keel.db");
     let store = store.to_str().unwrap();
     let o = keel(&["run", "--config", cfg_path.to_str().unwrap(), "--goal", "x"]);

@@ -7,7 +7,6 @@
 
 mod common;
 
-use common::wasm::plugin_path;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -144,39 +143,19 @@ impl Drop for Proxy {
 /// agent-llm with `echo`, allowed by the policy, on `model` of the proxy:
 /// three retries within `window_ms`.
 fn config(dir: &Path, base_url: &str, model: &str, window_ms: u64) -> Option<PathBuf> {
-    let agent = plugin_path("agent-llm-rust.wasm")?;
-    let policy = plugin_path("policy-rules-rust.wasm")?;
-    let echo = plugin_path("tool-echo-rust.wasm")?;
-    let cfg = format!(
-        r#"store = "keel.db"
-[engine]
-cache_dir = "{cache}"
-[model]
-provider = "openai"
+    common::wasm::llm_echo_config(
+        dir,
+        &format!("{model}.toml"),
+        &format!(
+            r#"provider = "openai"
 base_url = "{base_url}"
 model = "{model}"
 api_key_env = "KEEL_TEST_LITELLM_KEY"
 timeout_ms = 20000
 max_retries = 3
-retry_window_ms = {window_ms}
-[agent]
-component = "{agent}"
-[policy]
-component = "{policy}"
-config = {{ rules = [ {{ tool = "echo", action = "allow" }} ] }}
-[[tools]]
-component = "{echo}"
-"#,
-        cache = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../target/keel-test-cache")
-            .display(),
-        agent = agent.display(),
-        policy = policy.display(),
-        echo = echo.display(),
-    );
-    let p = dir.join(format!("{model}.toml"));
-    std::fs::write(&p, cfg).unwrap();
-    Some(p)
+retry_window_ms = {window_ms}"#
+        ),
+    )
 }
 
 fn keel(dir: &Path) -> Command {

@@ -60,3 +60,37 @@ pub fn plugin(file: &str, world: World) -> Option<Arc<Plugin>> {
     m.insert((file.to_string(), world), p.clone());
     Some(p)
 }
+
+/// Writes `dir/file`: a config of agent-llm with the echo tool, which the
+/// policy allows, and `model` as the body of its `[model]` table; `None`
+/// when the plugins are not built.
+#[allow(dead_code)]
+pub fn llm_echo_config(dir: &std::path::Path, file: &str, model: &str) -> Option<PathBuf> {
+    let agent = plugin_path("agent-llm-rust.wasm")?;
+    let policy = plugin_path("policy-rules-rust.wasm")?;
+    let echo = plugin_path("tool-echo-rust.wasm")?;
+    let cfg = format!(
+        r#"store = "keel.db"
+[engine]
+cache_dir = "{cache}"
+[model]
+{model}
+[agent]
+component = "{agent}"
+[policy]
+component = "{policy}"
+config = {{ rules = [ {{ tool = "echo", action = "allow" }} ] }}
+[[tools]]
+component = "{echo}"
+"#,
+        cache = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../target/keel-test-cache")
+            .display(),
+        agent = agent.display(),
+        policy = policy.display(),
+        echo = echo.display(),
+    );
+    let p = dir.join(file);
+    std::fs::write(&p, cfg).unwrap();
+    Some(p)
+}
