@@ -4,7 +4,7 @@ use super::output::{print_event, print_outcome, print_run_detail, print_runs, sa
 use super::{exit, Cli, Command};
 use crate::config::{assemble_with_progress, Config};
 use crate::driver::{Operator, Outcome, Runtime};
-use crate::store::{Store, StoreHandle};
+use crate::store::{Event, Store, StoreError, StoreHandle};
 use crate::types::{RunStatus, MAX_GOAL_BYTES};
 use anyhow::{anyhow, Context};
 use std::path::{Path, PathBuf};
@@ -97,14 +97,6 @@ fn no_store(p: &Path) -> anyhow::Error {
         "no Keel store at {}: name one with --store PATH or KEEL_STORE (a run's store is the `store` of the config it ran with)",
         p.display()
     )
-}
-
-fn open_read(flag: Option<PathBuf>) -> anyhow::Result<Store> {
-    let p = store_path(flag);
-    if !p.exists() {
-        return Err(no_store(&p));
-    }
-    Store::open_read_only(&p).with_context(|| format!("opening the store {}", p.display()))
 }
 
 /// The operator's API on the store, read-only: never migrates or writes.
@@ -279,22 +271,16 @@ async fn events(
     follow: bool,
     json: bool,
 ) -> anyhow::Result<i32> {
-    let store = open_read(flag)?;
+    let op = reader(flag)?;
     if let Some(id) = &run_id {
-        store.run(id)?; // an unknown run is an error, not an empty listing
+        op.run(id).await?; // an unknown run is an error, not an empty listing
     }
-    let id = run_id.as_deref();
+    let source = Journal {
+        op: &op,
+        run_id: run_id.as_deref(),
+    };
     loop {
-        let done = print_events(
-            &mut |after| store.events_after(id, after, EVENT_PAGE),
-            &mut || match id {
-                Some(id) => Ok(store.run(id)?.status.is_terminal()),
-                None => Ok(false), // every run's events: follow until Ctrl-C
-            },
-            &mut |e| print_event(e, json),
-            &mut after,
-            follow,
-        )?;
+        let done = print_events(&source, &mut |e| print_event(e, json), &mut after, follow).await?;
         if done {
             return Ok(exit::OK);
         }
@@ -305,22 +291,47 @@ async fn events(
     }
 }
 
+/// Where `keel events` reads: a page of events, and whether the run ended.
+#[async_trait::async_trait(?Send)]
+trait EventSource {
+    async fn page(&self, after: i64) -> Result<Vec<Event>, StoreError>;
+    async fn ended(&self) -> Result<bool, StoreError>;
+}
+
+/// One run's journal, or every run's, through the operator's API.
+struct Journal<'a> {
+    op: &'a Operator,
+    run_id: Option<&'a str>,
+}
+
+#[async_trait::async_trait(?Send)]
+impl EventSource for Journal<'_> {
+    async fn page(&self, after: i64) -> Result<Vec<Event>, StoreError> {
+        self.op.events(self.run_id, after, EVENT_PAGE).await
+    }
+    async fn ended(&self) -> Result<bool, StoreError> {
+        match self.run_id {
+            Some(id) => Ok(self.op.run(id).await?.status.is_terminal()),
+            None => Ok(false), // every run's events: follow until Ctrl-C
+        }
+    }
+}
+
 /// Prints every event after `after` page by page, moving `after` along.
 /// Returns whether the listing is complete: always without `follow`; with
 /// it, once the run has ended and every event up to and including its
 /// terminal one was printed. The status is read before the events: a run's
 /// terminal event commits with its status, so a read that follows a
 /// terminal status holds it, and nothing is printed twice or skipped.
-fn print_events(
-    read: &mut dyn FnMut(i64) -> Result<Vec<crate::store::Event>, crate::store::StoreError>,
-    ended: &mut dyn FnMut() -> Result<bool, crate::store::StoreError>,
-    print: &mut dyn FnMut(&crate::store::Event),
+async fn print_events(
+    source: &dyn EventSource,
+    print: &mut dyn FnMut(&Event),
     after: &mut i64,
     follow: bool,
-) -> Result<bool, crate::store::StoreError> {
+) -> Result<bool, StoreError> {
     loop {
-        let ended_before = follow && ended()?;
-        let batch = read(*after)?;
+        let ended_before = follow && source.ended().await?;
+        let batch = source.page(*after).await?;
         for e in &batch {
             print(e);
             *after = e.seq;
@@ -335,7 +346,6 @@ fn print_events(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::Event;
     use std::cell::RefCell;
 
     fn ev(seq: i64, kind: &str) -> Event {
@@ -351,43 +361,62 @@ mod tests {
 
     /// The store as a follower sees it: committed events, and a status read
     /// that lets the run end (committing its last events) at the moment
-    /// the follower asks, the race that lost them before.
-    #[test]
-    fn following_prints_every_event_up_to_the_terminal_one_once_in_order() {
-        let log: RefCell<Vec<Event>> =
-            RefCell::new((1..=2500).map(|i| ev(i, "plugin.log")).collect());
-        let status_reads = RefCell::new(0);
+    /// the follower asks, the race that lost them before (`ends_at`: the
+    /// status read that ends it; 0: never).
+    struct Fake {
+        log: RefCell<Vec<Event>>,
+        status_reads: RefCell<u32>,
+        ends_at: u32,
+    }
+
+    #[async_trait::async_trait(?Send)]
+    impl EventSource for Fake {
+        async fn page(&self, after: i64) -> Result<Vec<Event>, StoreError> {
+            Ok(self
+                .log
+                .borrow()
+                .iter()
+                .filter(|e| e.seq > after)
+                .take(EVENT_PAGE as usize)
+                .cloned()
+                .collect())
+        }
+        async fn ended(&self) -> Result<bool, StoreError> {
+            let mut n = self.status_reads.borrow_mut();
+            *n += 1;
+            if self.ends_at == 0 {
+                return Ok(false);
+            }
+            if *n == self.ends_at {
+                let mut l = self.log.borrow_mut();
+                let len = l.len() as i64;
+                l.push(ev(len + 1, "step.done"));
+                l.push(ev(len + 2, "run.completed"));
+                return Ok(true);
+            }
+            Ok(*n > self.ends_at)
+        }
+    }
+
+    fn fake(events: i64, ends_at: u32) -> Fake {
+        Fake {
+            log: RefCell::new((1..=events).map(|i| ev(i, "plugin.log")).collect()),
+            status_reads: RefCell::new(0),
+            ends_at,
+        }
+    }
+
+    #[tokio::test]
+    async fn following_prints_every_event_up_to_the_terminal_one_once_in_order() {
+        let source = fake(2500, 5);
         let mut printed = Vec::new();
         let mut after = 0;
         let mut rounds = 0;
         loop {
             rounds += 1;
-            let done = print_events(
-                &mut |a| {
-                    Ok(log
-                        .borrow()
-                        .iter()
-                        .filter(|e| e.seq > a)
-                        .take(EVENT_PAGE as usize)
-                        .cloned()
-                        .collect())
-                },
-                &mut || {
-                    *status_reads.borrow_mut() += 1;
-                    if *status_reads.borrow() == 5 {
-                        let mut l = log.borrow_mut();
-                        let n = l.len() as i64;
-                        l.push(ev(n + 1, "step.done"));
-                        l.push(ev(n + 2, "run.completed"));
-                        return Ok(true);
-                    }
-                    Ok(*status_reads.borrow() > 5)
-                },
-                &mut |e| printed.push(e.seq),
-                &mut after,
-                true,
-            )
-            .unwrap();
+            let done = print_events(&source, &mut |e| printed.push(e.seq), &mut after, true)
+                .await
+                .unwrap();
             if done {
                 break;
             }
@@ -396,26 +425,14 @@ mod tests {
         assert_eq!(printed, (1..=2502).collect::<Vec<i64>>());
     }
 
-    #[test]
-    fn a_listing_pages_through_every_event() {
-        let log: Vec<Event> = (1..=1305).map(|i| ev(i, "plugin.log")).collect();
+    #[tokio::test]
+    async fn a_listing_pages_through_every_event() {
+        let source = fake(1305, 0);
         let mut printed = Vec::new();
         let mut after = 0;
-        let done = print_events(
-            &mut |a| {
-                Ok(log
-                    .iter()
-                    .filter(|e| e.seq > a)
-                    .take(EVENT_PAGE as usize)
-                    .cloned()
-                    .collect())
-            },
-            &mut || Ok(false),
-            &mut |e| printed.push(e.seq),
-            &mut after,
-            false,
-        )
-        .unwrap();
+        let done = print_events(&source, &mut |e| printed.push(e.seq), &mut after, false)
+            .await
+            .unwrap();
         assert!(done);
         assert_eq!(printed.len(), 1305);
     }
