@@ -137,6 +137,36 @@ pub fn cancel_transition(
 /// its write (a step committed meanwhile), before it gives up.
 const ATTEMPTS: usize = 20;
 
+/// Runs `attempt` (read, build the transition, commit) again while its
+/// commit loses the compare-and-set, at most [`ATTEMPTS`] times; then
+/// `gave_up`.
+async fn retried<T>(
+    gave_up: StoreError,
+    mut attempt: impl AsyncFnMut() -> Result<T, StoreError>,
+) -> Result<T, StoreError> {
+    for _ in 0..ATTEMPTS {
+        match attempt().await {
+            Err(StoreError::Conflict { .. }) => continue,
+            done => return done,
+        }
+    }
+    Err(gave_up)
+}
+
+/// [`retried`] for a SQLite store held directly.
+pub fn retried_sync<T>(
+    gave_up: StoreError,
+    mut attempt: impl FnMut() -> Result<T, StoreError>,
+) -> Result<T, StoreError> {
+    for _ in 0..ATTEMPTS {
+        match attempt() {
+            Err(StoreError::Conflict { .. }) => continue,
+            done => return done,
+        }
+    }
+    Err(gave_up)
+}
+
 /// Cancels a run through `store`: reads it, builds [`cancel_transition`]
 /// and commits it, reading again if the run moved on meanwhile (the
 /// compare-and-set is on its status and lease owner). A terminal run is
@@ -147,21 +177,15 @@ pub async fn cancel_in(
     who: &str,
     now: i64,
 ) -> Result<Run, StoreError> {
-    for _ in 0..ATTEMPTS {
+    retried(kept_changing(run_id), async || {
         let run = store.run(run_id).await?;
         refuse_terminal(&run)?;
         let steps = store.steps(run_id).await?;
         let approvals = store.approvals(run_id).await?;
-        match store
-            .commit(cancel_transition(&run, &steps, &approvals, who, now))
-            .await
-        {
-            Ok(done) => return Ok(done.run),
-            Err(StoreError::Conflict { .. }) => continue, // a step moved on: read again
-            Err(e) => return Err(e),
-        }
-    }
-    Err(kept_changing(run_id))
+        let t = cancel_transition(&run, &steps, &approvals, who, now);
+        Ok(store.commit(t).await?.run)
+    })
+    .await
 }
 
 /// [`cancel_in`] on a SQLite store held directly.
@@ -171,18 +195,14 @@ pub fn cancel(
     who: &str,
     now: i64,
 ) -> Result<Run, StoreError> {
-    for _ in 0..ATTEMPTS {
+    retried_sync(kept_changing(run_id), || {
         let run = store.run(run_id)?;
         refuse_terminal(&run)?;
         let steps = store.load_steps(run_id)?;
         let approvals = store.load_approvals(run_id)?;
-        match store.commit(cancel_transition(&run, &steps, &approvals, who, now)) {
-            Ok(done) => return Ok(done.run),
-            Err(StoreError::Conflict { .. }) => continue,
-            Err(e) => return Err(e),
-        }
-    }
-    Err(kept_changing(run_id))
+        let t = cancel_transition(&run, &steps, &approvals, who, now);
+        Ok(store.commit(t)?.run)
+    })
 }
 
 fn refuse_terminal(run: &Run) -> Result<(), StoreError> {
@@ -371,16 +391,12 @@ pub async fn take_lease_in(
 ) -> Result<Run, StoreError> {
     // A conflict means the run moved on since it was read (another taker
     // won, or a step committed): read again, and the rules say what now.
-    for _ in 0..ATTEMPTS {
+    retried(lease_changed(run_id), async || {
         let run = store.run(run_id).await?;
         let t = lease_transition(&run, owner, now, ttl_ms, take_over)?;
-        match store.commit(t).await {
-            Ok(done) => return Ok(done.run),
-            Err(StoreError::Conflict { .. }) => continue,
-            Err(e) => return Err(e),
-        }
-    }
-    Err(lease_changed(run_id))
+        Ok(store.commit(t).await?.run)
+    })
+    .await
 }
 
 /// The lease kept moving between the reads and the writes.

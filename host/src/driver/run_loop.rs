@@ -217,7 +217,12 @@ impl<'r> Loop<'r> {
             if !steps.iter().any(|s| s.index == i) {
                 steps.insert(0, self.steps[i as usize].clone());
             }
-            all.extend(held);
+            // Without model calls, the held events are the write's start.
+            if all.is_empty() {
+                all = held;
+            } else {
+                all.extend(held);
+            }
         }
         let logs = self.c.events.drain();
         let mut events = if all.is_empty() && logs.is_empty() {

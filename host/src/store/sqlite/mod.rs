@@ -644,18 +644,14 @@ impl Store {
         take_over: Option<&str>,
     ) -> Result<Run, StoreError> {
         self.writable()?;
+        use crate::driver::operator::{lease_changed, lease_transition, retried_sync};
         // A conflict means another writer moved the run on since the read:
         // read again, and the rules say what now.
-        for _ in 0..20 {
+        retried_sync(lease_changed(run_id), || {
             let run = self.run(run_id)?;
-            let t = crate::driver::operator::lease_transition(&run, owner, now, ttl_ms, take_over)?;
-            match self.commit(t) {
-                Ok(done) => return Ok(done.run),
-                Err(StoreError::Conflict { .. }) => continue,
-                Err(e) => return Err(e),
-            }
-        }
-        Err(crate::driver::operator::lease_changed(run_id))
+            let t = lease_transition(&run, owner, now, ttl_ms, take_over)?;
+            Ok(self.commit(t)?.run)
+        })
     }
 
     /// Extends `owner`'s lease. `false` when it no longer holds it.
