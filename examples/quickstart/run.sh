@@ -5,11 +5,13 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 keel=target/debug/keel
 cfg=examples/quickstart/keel.toml
-store=.keel/quickstart/keel.db
+# KEEL_STORE, when set, names the store for every command (a file, or a
+# postgres:// URL such as `scripts/postgres.sh start` prints).
+store=${KEEL_STORE:-.keel/quickstart/keel.db}
 
 echo "== keel run: the agent asks to write hello.txt; the policy wants an operator"
 set +e
-out=$($keel run --config "$cfg" --goal "write hello.txt and read it back" --json)
+out=$($keel --store "$store" run --config "$cfg" --goal "write hello.txt and read it back" --json)
 code=$?
 set -e
 echo "$out" | python3 -c 'import json,sys

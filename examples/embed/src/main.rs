@@ -75,14 +75,20 @@ async fn main() -> anyhow::Result<()> {
         .unwrap_or_else(|| PathBuf::from("target/plugins"));
     let dir = std::env::temp_dir().join(format!("keel-embed-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let db = dir.join("keel.db");
+    // The store: a SQLite file here; KEEL_STORE may name another file or
+    // a postgres:// URL. The runtime reaches it only through `RunStore`.
+    let location = std::env::var("KEEL_STORE")
+        .map(|s| keel::store::Location::parse(&s))
+        .unwrap_or_else(|_| keel::store::Location::File(dir.join("keel.db")));
 
     let host = WasmHost::new(EngineOptions {
         cache_dir: Some(dir.join("cache")),
         ..EngineOptions::default()
     })?;
-    let store = Store::open(&db, Sync::Full).context("opening the store")?;
-    let runtime = Runtime::new(StoreHandle::spawn(store));
+    let store = keel::store::open(&location, keel::store::OpenOptions::default())
+        .await
+        .with_context(|| format!("opening the store {location}"))?;
+    let runtime = Runtime::on(store);
 
     let out = runtime
         .start(

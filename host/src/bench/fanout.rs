@@ -12,7 +12,7 @@
 use crate::consumer::EventSink;
 use crate::driver::{Consumers, Runtime};
 use crate::model::{ModelGate, StubProvider};
-use crate::store::{Store, StoreHandle, Sync};
+use crate::store::{RunStore, Store, StoreHandle, Sync};
 use crate::tools::ToolSet;
 use crate::types::{Effect, Limits, RunStatus, ToolSpec};
 use crate::wasm::{EngineOptions, Plugin, PluginLimits, WasmAgent, WasmHost, WasmPolicy, World};
@@ -31,6 +31,8 @@ pub enum StoreMode {
     Durable { path: PathBuf, sync: Sync },
     /// A private in-memory SQLite database: the same code, no disk.
     Memory,
+    /// A PostgreSQL database (its URL), shared with whatever else uses it.
+    Postgres(String),
 }
 
 #[derive(Debug, Clone)]
@@ -76,8 +78,12 @@ pub struct FanoutReport {
     pub cpu_s: f64,
     /// The process's CPU time per run.
     pub cpu_us_per_run: f64,
-    /// Of that, the store writer thread's (SQLite statements, commits).
+    /// Of that, the store writer thread's (SQLite statements, commits;
+    /// PostgreSQL's writer is a task on the workers: 0).
     pub writer_cpu_us_per_run: f64,
+    /// CPU of the PostgreSQL server's processes on this machine per run
+    /// (0 for SQLite, which runs inside Keel's process).
+    pub server_cpu_us_per_run: f64,
     /// Share of the wall time the writer thread was busy on groups,
     /// including the syncs it waited for. Near 100%, the one writer is
     /// what limits throughput.
@@ -98,7 +104,7 @@ impl FanoutReport {
              \x20 mean latency       {mean:.1} ms   (concurrency / throughput; measured mean {mm:.1} ms)\n\
              \x20 p50 / p90 / p99    {p50:.1} / {p90:.1} / {p99:.1} ms   (max {max:.1} ms)\n\
              \x20 peak RSS           {rss:.0} MiB\n\
-             \x20 CPU per run        {cpr:.0} µs, of which the store writer thread {wcpr:.0} µs\n\
+             \x20 CPU per run        {cpr:.0} µs, of which the store writer thread {wcpr:.0} µs; database server {scpr:.0} µs more\n\
              \x20 store writer       busy {wb:.0}% of the wall time; ready to run but without a CPU {wr:.0}%\n\
              \x20 journal records    {jr:.1} per run   ({tr:.1} transitions per run, {tc:.1} per commit)",
             runs = self.runs,
@@ -122,6 +128,7 @@ impl FanoutReport {
             tc = self.transitions_per_commit,
             cpr = self.cpu_us_per_run,
             wcpr = self.writer_cpu_us_per_run,
+            scpr = self.server_cpu_us_per_run,
             wb = self.writer_busy_pct,
             wr = self.writer_runnable_pct,
         )
@@ -255,7 +262,7 @@ pub async fn run(opts: &FanoutOptions) -> anyhow::Result<FanoutReport> {
         },
     });
 
-    let (store, label) = match &opts.store {
+    let (store, label): (Arc<dyn RunStore>, String) = match &opts.store {
         StoreMode::Durable { path, sync } => {
             if path.exists() {
                 bail!(
@@ -263,15 +270,26 @@ pub async fn run(opts: &FanoutOptions) -> anyhow::Result<FanoutReport> {
                     path.display()
                 );
             }
+            let store =
+                Store::open(path, *sync).with_context(|| format!("opening {}", path.display()))?;
             (
-                Store::open(path, *sync).with_context(|| format!("opening {}", path.display()))?,
+                Arc::new(StoreHandle::spawn(store)),
                 format!("sqlite {sync:?} ({})", path.display()),
             )
         }
-        StoreMode::Memory => (Store::open_in_memory()?, "sqlite in-memory".to_string()),
+        StoreMode::Memory => (
+            Arc::new(StoreHandle::spawn(Store::open_in_memory()?)),
+            "sqlite in-memory".to_string(),
+        ),
+        StoreMode::Postgres(url) => {
+            let store = crate::store::postgres::PgStore::open(url, true)
+                .await
+                .context("opening the PostgreSQL store")?;
+            let label = format!("postgres ({})", store.location());
+            (Arc::new(store), label)
+        }
     };
-    let handle = StoreHandle::spawn(store);
-    let runtime = Runtime::new(handle.clone());
+    let runtime = Runtime::on(store.clone());
     let limits = Limits {
         max_steps: 4,
         ..Limits::default()
@@ -287,7 +305,9 @@ pub async fn run(opts: &FanoutOptions) -> anyhow::Result<FanoutReport> {
             out.run.reason.map(|r| r.as_str()).unwrap_or("-")
         );
     }
-    let before = handle.stats();
+    let before = store.writer_stats();
+    let events_before = store.count_events().await?;
+    let server0 = super::processes_cpu_seconds("postgres");
 
     let next = Arc::new(AtomicU64::new(0));
     let failed = Arc::new(AtomicU64::new(0));
@@ -345,21 +365,19 @@ pub async fn run(opts: &FanoutOptions) -> anyhow::Result<FanoutReport> {
     let wall = started.elapsed().as_secs_f64();
     let cpu_s = super::cpu_seconds() - cpu0;
     let writer = super::thread_times(crate::store::WRITER_THREAD) - writer0;
-    let after = handle.stats();
+    let after = store.writer_stats();
+    let server_cpu_s = match opts.store {
+        StoreMode::Postgres(_) => super::processes_cpu_seconds("postgres") - server0,
+        _ => 0.0,
+    };
     let failed = failed.load(Ordering::Relaxed);
     if let Some(e) = &first_error {
         tracing::warn!("{failed} runs did not complete; the first: {e}");
     }
 
     let runs = latencies.len() as u64;
-    let events = handle
-        .with(|s| {
-            s.connection()
-                .query_row("SELECT count(*) FROM events", [], |r| r.get::<_, i64>(0))
-        })
-        .await??;
-    // The warm-up run is in the store too.
-    let total_runs = (runs + 1) as f64;
+    let events = store.count_events().await? - events_before;
+    let total_runs = runs as f64;
     latencies.sort_by(f64::total_cmp);
     let transitions = (after.transitions - before.transitions) as f64;
     let transactions = (after.transactions - before.transactions).max(1) as f64;
@@ -386,6 +404,7 @@ pub async fn run(opts: &FanoutOptions) -> anyhow::Result<FanoutReport> {
         cpu_s,
         cpu_us_per_run: cpu_s * 1e6 / runs.max(1) as f64,
         writer_cpu_us_per_run: writer.cpu_s * 1e6 / runs.max(1) as f64,
+        server_cpu_us_per_run: server_cpu_s * 1e6 / runs.max(1) as f64,
         writer_busy_pct: (after.busy - before.busy).as_secs_f64() * 100.0 / wall,
         writer_runnable_pct: writer.runnable_s * 100.0 / wall,
     })

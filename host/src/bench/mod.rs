@@ -76,6 +76,42 @@ pub fn thread_times(name: &str) -> ThreadTimes {
     sum
 }
 
+/// CPU time so far, in seconds, of every process on this machine named
+/// `name` (such as `postgres`: a server's backends), counting those of
+/// its children that ended (`cutime`, `cstime`), so that a backend that
+/// exits meanwhile is not lost.
+pub fn processes_cpu_seconds(name: &str) -> f64 {
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return 0.0;
+    };
+    let mut sum = 0.0;
+    for p in procs.flatten() {
+        if !p
+            .file_name()
+            .to_string_lossy()
+            .bytes()
+            .all(|b| b.is_ascii_digit())
+        {
+            continue;
+        }
+        if !std::fs::read(p.path().join("comm"))
+            .is_ok_and(|c| c.trim_ascii_end() == name.as_bytes())
+        {
+            continue;
+        }
+        let Ok(stat) = std::fs::read_to_string(p.path().join("stat")) else {
+            continue;
+        };
+        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+            continue;
+        };
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+        sum += (ticks(11) + ticks(12) + ticks(13) + ticks(14)) / 100.0;
+    }
+    sum
+}
+
 /// utime + stime from a `/proc/.../stat` file.
 fn stat_cpu_seconds(path: impl AsRef<std::path::Path>) -> f64 {
     let Ok(stat) = std::fs::read_to_string(path) else {

@@ -73,7 +73,11 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(ms / 1000.0))
 }
 
-pub async fn run(cmd: BenchCommand) -> anyhow::Result<i32> {
+/// Runs a bench. `store` is the global `--store` (or `KEEL_STORE`): a
+/// `postgres://` URL journals the fan-out there (the database must exist;
+/// its tables are created if needed, and runs already in it are left
+/// alone); a file path is taken as `--db`.
+pub async fn run(cmd: BenchCommand, store_url: Option<String>) -> anyhow::Result<i32> {
     let BenchCommand::Fanout {
         runs,
         concurrency,
@@ -93,13 +97,33 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<i32> {
     if memory && sync.is_some() {
         bail!("--sync applies to a store file; an in-memory store is never synced");
     }
+    let sync_given = sync.is_some();
     let sync = match sync.as_deref().unwrap_or("full") {
         "full" => Sync::Full,
         "normal" => Sync::Normal,
         other => bail!("--sync: {other:?} is not full or normal"),
     };
     let tmp;
-    let store = if memory {
+    let mut db = db;
+    let mut pg = None;
+    match store_url.map(|s| crate::store::Location::parse(&s)) {
+        Some(crate::store::Location::Postgres(u)) => {
+            if memory || db.is_some() || sync_given {
+                bail!("--store postgres://… excludes --memory, --db and --sync");
+            }
+            pg = Some(u);
+        }
+        Some(crate::store::Location::File(p)) => {
+            if memory || db.is_some() {
+                bail!("--store (or KEEL_STORE) names a file: pass it as --db, or unset it with --memory");
+            }
+            db = Some(p);
+        }
+        None => {}
+    }
+    let store = if let Some(url) = pg {
+        StoreMode::Postgres(url)
+    } else if memory {
         StoreMode::Memory
     } else {
         let path = match db {

@@ -39,9 +39,10 @@ const EXIT_CODES: &str = "Exit codes:
 #[derive(Parser, Debug)]
 #[command(name = "keel", version, after_help = EXIT_CODES)]
 pub struct Cli {
-    /// The store to read or write (default: the config's `store`, else ./keel.db).
-    #[arg(long, global = true, env = "KEEL_STORE")]
-    pub store: Option<PathBuf>,
+    /// The store to read or write: a SQLite file or a `postgres://` URL
+    /// (default: the config's `store`, else ./keel.db).
+    #[arg(long, global = true, env = "KEEL_STORE", hide_env_values = true)]
+    pub store: Option<String>,
     /// Log level for keel's own diagnostics on stderr (error, warn, info, debug).
     #[arg(long, global = true, default_value = "warn", env = "KEEL_LOG")]
     pub log: String,

@@ -4,7 +4,7 @@ use super::output::{print_event, print_outcome, print_run_detail, print_runs, sa
 use super::{exit, Cli, Command};
 use crate::config::{assemble_with_progress, Config};
 use crate::driver::{Operator, Outcome, Runtime};
-use crate::store::{Event, Store, StoreError, StoreHandle};
+use crate::store::{Event, Location, OpenOptions, StoreError};
 use crate::types::{RunStatus, MAX_GOAL_BYTES};
 use anyhow::{anyhow, Context};
 use std::path::{Path, PathBuf};
@@ -37,7 +37,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
             limit,
             json,
         } => {
-            let op = reader(store_flag)?;
+            let op = reader(store_flag).await?;
             let status = status
                 .map(|s| s.parse::<RunStatus>().map_err(|e| anyhow!("--status: {e}")))
                 .transpose()?;
@@ -58,7 +58,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
             Ok(exit::OK)
         }
         Command::Show { run_id, json } => {
-            let d = reader(store_flag)?.show(&run_id).await?;
+            let d = reader(store_flag).await?.show(&run_id).await?;
             print_run_detail(&d.run, &d.steps, &d.approvals, &d.model_calls, json)?;
             Ok(exit::OK)
         }
@@ -75,7 +75,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
             decide(store_flag, &id, false, &by, note.as_deref()).await
         }
         Command::Cancel { run_id, by } => {
-            let run = writer(store_flag)?.cancel(&run_id, &by).await?;
+            let run = writer(store_flag).await?.cancel(&run_id, &by).await?;
             say!(
                 "run {} cancelled (was running or paused; a live loop stops at once, or when its tool returns)",
                 run.id
@@ -83,12 +83,31 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
             Ok(exit::OK)
         }
         Command::Plugin(cmd) => super::plugin_cmd::run(cmd).await,
-        Command::Bench(cmd) => super::bench_cmd::run(cmd).await,
+        Command::Bench(cmd) => super::bench_cmd::run(cmd, store_flag).await,
     }
 }
 
-fn store_path(flag: Option<PathBuf>) -> PathBuf {
-    flag.unwrap_or_else(|| PathBuf::from("keel.db"))
+/// The store named by `--store`/`KEEL_STORE`, else the config's, else
+/// `./keel.db`.
+fn location(flag: Option<String>, cfg: Option<&Config>) -> Location {
+    match (flag, cfg) {
+        (Some(f), _) => Location::parse(&f),
+        (None, Some(cfg)) => cfg.store_location(),
+        (None, None) => Location::File(PathBuf::from("keel.db")),
+    }
+}
+
+/// `r`'s error, said to be about opening the store at `loc` unless it names
+/// the store already.
+fn opening<T>(loc: &Location, r: Result<T, StoreError>) -> anyhow::Result<T> {
+    r.map_err(|e| {
+        let shown = loc.redacted();
+        if e.to_string().contains(&shown) {
+            anyhow::Error::from(e)
+        } else {
+            anyhow::Error::from(e).context(format!("opening the store {shown}"))
+        }
+    })
 }
 
 /// The error for a store file that does not exist.
@@ -100,25 +119,31 @@ fn no_store(p: &Path) -> anyhow::Error {
 }
 
 /// The operator's API on the store, read-only: never migrates or writes.
-fn reader(flag: Option<PathBuf>) -> anyhow::Result<Operator> {
-    let p = store_path(flag);
-    if !p.exists() {
-        return Err(no_store(&p));
+async fn reader(flag: Option<String>) -> anyhow::Result<Operator> {
+    let loc = location(flag, None);
+    if let Location::File(p) = &loc {
+        if !p.exists() {
+            return Err(no_store(p));
+        }
     }
-    let store = crate::store::ReadOnlyStore::open(&p)
-        .with_context(|| format!("opening the store {}", p.display()))?;
-    Ok(Operator::reading(Arc::new(store)))
+    let store = opening(&loc, crate::store::open_reader(&loc).await)?;
+    Ok(Operator::reading(store))
 }
 
 /// The operator's API on the store, for decisions and cancels.
-fn writer(flag: Option<PathBuf>) -> anyhow::Result<Operator> {
-    let p = store_path(flag);
-    if !p.exists() {
-        return Err(no_store(&p));
+async fn writer(flag: Option<String>) -> anyhow::Result<Operator> {
+    let loc = location(flag, None);
+    if let Location::File(p) = &loc {
+        if !p.exists() {
+            return Err(no_store(p));
+        }
     }
-    let store = Store::open(&p, crate::store::Sync::Full)
-        .with_context(|| format!("opening the store {}", p.display()))?;
-    Ok(Operator::writing(Arc::new(StoreHandle::spawn(store))))
+    let opts = OpenOptions {
+        create: false,
+        ..OpenOptions::default()
+    };
+    let store = opening(&loc, crate::store::open(&loc, opts).await)?;
+    Ok(Operator::writing(store))
 }
 
 /// The goal from `--goal` or `--goal-file` (`-`: standard input), at most
@@ -159,13 +184,13 @@ fn read_goal(goal: Option<String>, file: Option<&Path>) -> anyhow::Result<String
 }
 
 async fn decide(
-    flag: Option<PathBuf>,
+    flag: Option<String>,
     id: &str,
     approve: bool,
     by: &str,
     note: Option<&str>,
 ) -> anyhow::Result<i32> {
-    let op = writer(flag)?;
+    let op = writer(flag).await?;
     let a = if approve {
         op.approve(id, by, note).await?
     } else {
@@ -192,22 +217,23 @@ fn exit_for(o: &Outcome) -> i32 {
     }
 }
 
-fn runtime(cfg: &Config, store_flag: Option<PathBuf>, json: bool) -> anyhow::Result<Runtime> {
-    let path = store_flag.unwrap_or_else(|| cfg.store_path());
-    if let Some(dir) = path.parent() {
-        if !dir.as_os_str().is_empty() {
-            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+async fn runtime(cfg: &Config, store_flag: Option<String>, json: bool) -> anyhow::Result<Runtime> {
+    let loc = location(store_flag, Some(cfg));
+    if let Location::File(path) = &loc {
+        if let Some(dir) = path.parent() {
+            if !dir.as_os_str().is_empty() {
+                std::fs::create_dir_all(dir)
+                    .with_context(|| format!("creating {}", dir.display()))?;
+            }
         }
     }
-    let store = Store::open(&path, crate::store::Sync::Full)
-        .with_context(|| format!("opening the store {}", path.display()))?;
-    Ok(Runtime::new(StoreHandle::spawn(store))
-        .with_observer(Arc::new(move |e| print_event(e, json))))
+    let store = opening(&loc, crate::store::open(&loc, OpenOptions::default()).await)?;
+    Ok(Runtime::on(store).with_observer(Arc::new(move |e| print_event(e, json))))
 }
 
 async fn run(
     config: &Path,
-    store_flag: Option<PathBuf>,
+    store_flag: Option<String>,
     goal: &str,
     json: bool,
 ) -> anyhow::Result<i32> {
@@ -217,7 +243,7 @@ async fn run(
             eprintln!("{}", safe(line));
         }
     })?;
-    let rt = runtime(&cfg, store_flag, json)?;
+    let rt = runtime(&cfg, store_flag, json).await?;
     let consumers = asm.consumers().await?;
     let abs = std::fs::canonicalize(config).unwrap_or_else(|_| config.to_path_buf());
     let meta = serde_json::json!({ "config": abs.display().to_string() }).to_string();
@@ -229,14 +255,14 @@ async fn run(
 async fn resume(
     run_id: &str,
     config: Option<PathBuf>,
-    store_flag: Option<PathBuf>,
+    store_flag: Option<String>,
     take_over: Option<String>,
     json: bool,
 ) -> anyhow::Result<i32> {
     let config = match config {
         Some(c) => c,
         None => {
-            let run = reader(store_flag.clone())?.run(run_id).await?;
+            let run = reader(store_flag.clone()).await?.run(run_id).await?;
             let meta: serde_json::Value = serde_json::from_str(&run.meta).unwrap_or_default();
             PathBuf::from(
                 meta["config"]
@@ -251,7 +277,7 @@ async fn resume(
             eprintln!("{}", safe(line));
         }
     })?;
-    let rt = runtime(&cfg, store_flag, json)?;
+    let rt = runtime(&cfg, store_flag, json).await?;
     let consumers = asm.consumers().await?;
     let out = match &take_over {
         Some(by) => rt.resume_taking_over(run_id, consumers, by).await?,
@@ -265,13 +291,13 @@ async fn resume(
 const EVENT_PAGE: u32 = 1000;
 
 async fn events(
-    flag: Option<PathBuf>,
+    flag: Option<String>,
     run_id: Option<String>,
     mut after: i64,
     follow: bool,
     json: bool,
 ) -> anyhow::Result<i32> {
-    let op = reader(flag)?;
+    let op = reader(flag).await?;
     if let Some(id) = &run_id {
         op.run(id).await?; // an unknown run is an error, not an empty listing
     }

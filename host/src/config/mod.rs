@@ -14,9 +14,10 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
-    /// The SQLite store, relative to the config file.
+    /// The store: a SQLite file, relative to the config file, or a
+    /// `postgres://` URL.
     #[serde(default = "default_store")]
-    pub store: PathBuf,
+    pub store: String,
     #[serde(default)]
     pub engine: EngineConfig,
     #[serde(default)]
@@ -32,8 +33,8 @@ pub struct Config {
     pub path: PathBuf,
 }
 
-fn default_store() -> PathBuf {
-    PathBuf::from("keel.db")
+fn default_store() -> String {
+    "keel.db".to_string()
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -268,8 +269,13 @@ impl Config {
         }
     }
 
-    pub fn store_path(&self) -> PathBuf {
-        self.resolve(&self.store)
+    /// Where the store is: a SQLite file resolved against the config
+    /// file's folder, or a PostgreSQL URL as written.
+    pub fn store_location(&self) -> crate::store::Location {
+        match crate::store::Location::parse(&self.store) {
+            crate::store::Location::File(p) => crate::store::Location::File(self.resolve(&p)),
+            pg => pg,
+        }
     }
 }
 
@@ -292,7 +298,10 @@ grant = { dirs = [{ host = "w", guest = "/workspace", mode = "rw" }] }
     #[test]
     fn a_valid_config_parses_and_resolves_paths() {
         let c = Config::parse(OK, Path::new("/etc/keel/keel.toml")).unwrap();
-        assert_eq!(c.store_path(), PathBuf::from("/etc/keel/k.db"));
+        assert_eq!(
+            c.store_location(),
+            crate::store::Location::File(PathBuf::from("/etc/keel/k.db"))
+        );
         assert_eq!(c.tools[0].grant.dirs[0].mode, DirMode::Rw);
         assert!(matches!(c.model, ModelConfig::Stub { .. }));
     }

@@ -161,7 +161,42 @@ impl Runtime {
     /// Takes the run's lease and drives it on from where it is: acts on a
     /// decided approval, recovers an interrupted step, or continues.
     pub async fn resume(&self, run_id: &str, consumers: Consumers) -> Result<Outcome, DriverError> {
-        run_loop::resume(self, run_id, consumers, None).await
+        run_loop::resume(self, run_id, consumers, None, None).await
+    }
+
+    /// Stores a new run without driving it: running, its first step
+    /// started, leased to nobody, for a driver to [`Runtime::claim`].
+    pub async fn submit(&self, goal: &str, limits: Limits, meta: &str) -> Result<Run, DriverError> {
+        run_loop::submit(self, goal, limits, meta).await
+    }
+
+    /// Claims up to `limit` runs that need a driver (submitted, left by a
+    /// process that died, parked past their retry time, or whose approval
+    /// was answered or expired), each leased to this runtime under an
+    /// owner of its own, in one transaction: no run goes to two claimers,
+    /// whatever the number of processes on the store. Drive each with
+    /// [`Runtime::drive_claimed`] before its lease runs out.
+    pub async fn claim(&self, limit: u32) -> Result<Vec<Run>, DriverError> {
+        let (ids, ttl) = (self.ids.clone(), self.lease_ttl_ms);
+        let now = self.clock.now_ms();
+        let rule: crate::store::ClaimRule = Arc::new(move |run: &Run| {
+            let owner = crate::store::lease::owner_id(&ids.next("lease"));
+            operator::lease_transition(run, &owner, now, ttl, None)
+        });
+        Ok(self.store.claim(now, limit, rule).await?)
+    }
+
+    /// Drives a run this runtime claimed ([`Runtime::claim`]) on, as
+    /// [`Runtime::resume`] does, under the lease the claim took.
+    pub async fn drive_claimed(
+        &self,
+        run: &Run,
+        consumers: Consumers,
+    ) -> Result<Outcome, DriverError> {
+        let owner = run.lease_owner.clone().ok_or_else(|| {
+            DriverError::Invalid(format!("run {} was not claimed: it has no lease", run.id))
+        })?;
+        run_loop::resume(self, &run.id, consumers, None, Some(owner)).await
     }
 
     /// [`Runtime::resume`], taking the run's lease at once even while
@@ -173,7 +208,7 @@ impl Runtime {
         consumers: Consumers,
         by: &str,
     ) -> Result<Outcome, DriverError> {
-        run_loop::resume(self, run_id, consumers, Some(by.to_string())).await
+        run_loop::resume(self, run_id, consumers, Some(by.to_string()), None).await
     }
 }
 

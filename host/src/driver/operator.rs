@@ -137,23 +137,16 @@ pub fn cancel_transition(
 /// its write (a step committed meanwhile), before it gives up.
 const ATTEMPTS: usize = 20;
 
-/// Runs `attempt` (read, build the transition, commit) again while its
-/// commit loses the compare-and-set, at most [`ATTEMPTS`] times; then
-/// `gave_up`.
-async fn retried<T>(
-    gave_up: StoreError,
-    mut attempt: impl AsyncFnMut() -> Result<T, StoreError>,
-) -> Result<T, StoreError> {
-    for _ in 0..ATTEMPTS {
-        match attempt().await {
-            Err(StoreError::Conflict { .. }) => continue,
-            done => return done,
-        }
-    }
-    Err(gave_up)
+/// Whether an attempt of a rule lost its compare-and-set and may be read
+/// and tried again (at most [`ATTEMPTS`] times in all).
+fn again<T>(r: &Result<T, StoreError>) -> bool {
+    matches!(r, Err(StoreError::Conflict { .. }))
 }
 
-/// [`retried`] for a SQLite store held directly.
+/// Runs `attempt` (read, build the transition, commit) again while its
+/// commit loses the compare-and-set, at most [`ATTEMPTS`] times; then
+/// `gave_up`. (The async rules loop the same way, without a closure, so
+/// that their futures stay `Send`.)
 pub fn retried_sync<T>(
     gave_up: StoreError,
     mut attempt: impl FnMut() -> Result<T, StoreError>,
@@ -177,15 +170,18 @@ pub async fn cancel_in(
     who: &str,
     now: i64,
 ) -> Result<Run, StoreError> {
-    retried(kept_changing(run_id), async || {
+    for _ in 0..ATTEMPTS {
         let run = store.run(run_id).await?;
         refuse_terminal(&run)?;
         let steps = store.steps(run_id).await?;
         let approvals = store.approvals(run_id).await?;
         let t = cancel_transition(&run, &steps, &approvals, who, now);
-        Ok(store.commit(t).await?.run)
-    })
-    .await
+        let r = store.commit(t).await;
+        if !again(&r) {
+            return Ok(r?.run);
+        }
+    }
+    Err(kept_changing(run_id))
 }
 
 /// [`cancel_in`] on a SQLite store held directly.
@@ -391,12 +387,15 @@ pub async fn take_lease_in(
 ) -> Result<Run, StoreError> {
     // A conflict means the run moved on since it was read (another taker
     // won, or a step committed): read again, and the rules say what now.
-    retried(lease_changed(run_id), async || {
+    for _ in 0..ATTEMPTS {
         let run = store.run(run_id).await?;
         let t = lease_transition(&run, owner, now, ttl_ms, take_over)?;
-        Ok(store.commit(t).await?.run)
-    })
-    .await
+        let r = store.commit(t).await;
+        if !again(&r) {
+            return Ok(r?.run);
+        }
+    }
+    Err(lease_changed(run_id))
 }
 
 /// The lease kept moving between the reads and the writes.

@@ -61,13 +61,15 @@ fn heartbeat(rt: &Runtime, run_id: &str, owner: &str) -> Heartbeat {
     }))
 }
 
-pub(super) async fn start(
+/// The new run `goal` with its first write: its creation, starting step 0
+/// unless a limit forbids it, leased to `owner` (or to nobody).
+fn new_run(
     rt: &Runtime,
     goal: &str,
     limits: Limits,
     meta: &str,
-    c: Consumers,
-) -> Result<Outcome, DriverError> {
+    owner: Option<&str>,
+) -> Result<(Run, Vec<Step>, Vec<NewEvent>), DriverError> {
     if serde_json::from_str::<serde_json::Value>(meta).is_err() {
         return Err(DriverError::Invalid("run meta must be JSON".into()));
     }
@@ -77,12 +79,13 @@ pub(super) async fn start(
             goal.len()
         )));
     }
-    let owner = crate::store::lease::owner_id(&rt.ids.next("lease"));
     let now = rt.clock.now_ms();
     let mut run = Run::new(&rt.ids.next("run"), goal, limits, now);
     run.meta = meta.to_string();
-    run.lease_owner = Some(owner.clone());
-    run.lease_expires = Some(now + rt.lease_ttl_ms);
+    if let Some(owner) = owner {
+        run.lease_owner = Some(owner.to_string());
+        run.lease_expires = Some(now + rt.lease_ttl_ms);
+    }
     let mut events = vec![NewEvent::new(
         EventKind::RunStarted,
         None,
@@ -96,7 +99,34 @@ pub(super) async fn start(
         run.step_count = 1;
         events.push(NewEvent::new(EventKind::StepStarted, Some(0), json!({})));
     }
-    let committed = rt.store.create_run(run.clone(), steps, events).await?;
+    Ok((run, steps, events))
+}
+
+/// Stores a new run for a driver to claim: running, leased to nobody.
+pub(super) async fn submit(
+    rt: &Runtime,
+    goal: &str,
+    limits: Limits,
+    meta: &str,
+) -> Result<Run, DriverError> {
+    let (run, steps, events) = new_run(rt, goal, limits, meta, None)?;
+    let committed = rt.store.create_run(run, steps, events).await?;
+    if let Some(obs) = &rt.observer {
+        committed.events.iter().for_each(|e| obs(e));
+    }
+    Ok(committed.run)
+}
+
+pub(super) async fn start(
+    rt: &Runtime,
+    goal: &str,
+    limits: Limits,
+    meta: &str,
+    c: Consumers,
+) -> Result<Outcome, DriverError> {
+    let owner = crate::store::lease::owner_id(&rt.ids.next("lease"));
+    let (run, steps, events) = new_run(rt, goal, limits, meta, Some(&owner))?;
+    let committed = rt.store.create_run(run, steps, events).await?;
     let crash_points = crash_points(rt, committed.events.iter().map(|e| e.kind.as_str()));
     let mut lp = Loop {
         rt,
@@ -119,8 +149,11 @@ pub(super) async fn resume(
     run_id: &str,
     c: Consumers,
     take_over: Option<String>,
+    claimed_as: Option<String>,
 ) -> Result<Outcome, DriverError> {
-    let owner = crate::store::lease::owner_id(&rt.ids.next("lease"));
+    // A claimed run's lease is already this runtime's: taking it again
+    // only extends it.
+    let owner = claimed_as.unwrap_or_else(|| crate::store::lease::owner_id(&rt.ids.next("lease")));
     let now = rt.clock.now_ms();
     let (id, o, ttl) = (run_id.to_string(), owner.clone(), rt.lease_ttl_ms);
     let taken =

@@ -6,8 +6,14 @@ use crate::types::RunStatus;
 pub enum StoreError {
     #[error("{path}: not a SQLite database, or the file is corrupt ({detail})")]
     Corrupt { path: String, detail: String },
-    #[error("{path}: a SQLite database that is not a Keel store (application id {found:#x})")]
-    Foreign { path: String, found: i64 },
+    /// Another application's database: Keel adds nothing to it.
+    #[error("{path}: {what} that is not a Keel store ({detail}); name an empty or Keel database")]
+    Foreign {
+        path: String,
+        /// "a SQLite database", "a PostgreSQL database".
+        what: &'static str,
+        detail: String,
+    },
     #[error("{path}: schema version {found} is newer than this keel understands ({supported}); upgrade keel")]
     TooNew {
         path: String,
@@ -29,6 +35,14 @@ pub enum StoreError {
     DiskFull,
     #[error("the store was opened read-only")]
     ReadOnly,
+    /// The database refused a write to this login (a read-only role).
+    #[error("{0}")]
+    NotPermitted(String),
+    /// The database cannot be reached, or the connection was lost (mid-
+    /// transaction: the transaction is rolled back by the server, unless
+    /// the loss came with its commit, which is then unknown until read).
+    #[error("the database is unavailable: {detail}; the run stops here and can be resumed once the database is back")]
+    Unavailable { detail: String },
     #[error("run {0} not found")]
     RunNotFound(String),
     #[error("approval {0} not found")]

@@ -4,16 +4,23 @@
 //!
 //! Every state transition of a run is one transaction that also inserts its
 //! events, and every write is a compare-and-set on the run's status and lease
-//! owner. [`sqlite`] is the engine today: one file in WAL mode.
+//! owner. Two engines implement it: [`sqlite`] (one file in WAL mode) and
+//! [`postgres`] (a database many Keel processes share); [`open`] picks one
+//! from a location, a file path or a `postgres://` URL.
 
+pub mod encode;
 mod error;
 pub mod lease;
+mod location;
+pub mod postgres;
 pub mod sqlite;
 
+pub use encode::{ApprovalRow, Prepared, StepRow, Write, Written};
 pub use error::StoreError;
+pub use location::{open, open_reader, Location, OpenOptions};
 pub use sqlite::{
-    ApprovalRow, Prepared, ReadOnlyStore, StepRow, Store, StoreHandle, Sync, Write, WriterStats,
-    Written, BUSY_TIMEOUT_MS, CURRENT_VERSION, MIGRATIONS, WAL_CHECKPOINT_PAGES, WRITER_THREAD,
+    ReadOnlyStore, Store, StoreHandle, Sync, BUSY_TIMEOUT_MS, CURRENT_VERSION, MIGRATIONS,
+    WAL_CHECKPOINT_PAGES, WRITER_THREAD,
 };
 
 use crate::types::*;
@@ -135,6 +142,8 @@ pub trait RunReader: Send + std::marker::Sync {
     ) -> Result<Vec<Event>, StoreError>;
     /// A run's model calls (every attempt), in order.
     async fn model_calls(&self, run_id: &str) -> Result<Vec<StoredModelCall>, StoreError>;
+    /// How many events the journal holds, every run's.
+    async fn count_events(&self) -> Result<u64, StoreError>;
 
     /// The run, or [`StoreError::RunNotFound`].
     async fn run(&self, id: &str) -> Result<Run, StoreError> {
@@ -171,4 +180,62 @@ pub trait RunStore: RunReader {
     ) -> Result<bool, StoreError>;
     /// Gives `owner`'s lease back, if it still holds it.
     async fn release_lease(&self, run_id: &str, owner: &str) -> Result<(), StoreError>;
+    /// Claims up to `limit` runs that need a driver ([`claimable`]): finds
+    /// them and commits `rule`'s transition for each (the claimer's lease,
+    /// built by `driver::operator`) in one transaction, so that no run is
+    /// handed to two claimers. A run for which `rule` refuses is skipped.
+    /// PostgreSQL passes over rows another claimer holds locked.
+    async fn claim(&self, now: i64, limit: u32, rule: ClaimRule) -> Result<Vec<Run>, StoreError>;
+    /// What the store's writer has done so far (group commit).
+    fn writer_stats(&self) -> WriterStats {
+        WriterStats::default()
+    }
+}
+
+/// The transition a claimer commits for a run it found (its lease).
+pub type ClaimRule =
+    std::sync::Arc<dyn Fn(&Run) -> Result<Transition, StoreError> + Send + std::marker::Sync>;
+
+/// Whether a run needs a driver at `now`: it is running or parked past its
+/// time to retry, or waits for an approval that was answered or expired,
+/// and nobody holds a live lease on it. Engines select by the same rule in
+/// SQL (`CLAIMABLE_SQL`); this is its meaning.
+pub fn claimable(run: &Run, approvals: &[Approval], now: i64) -> bool {
+    let free = run.lease_expires.is_none_or(|e| e <= now) || run.lease_owner.is_none();
+    let wants = match run.status {
+        RunStatus::Running => true,
+        RunStatus::Parked => run.retry_at.is_none_or(|t| t <= now),
+        RunStatus::WaitingForApproval => !approvals
+            .iter()
+            .any(|a| a.status == ApprovalStatus::Pending && a.expires_at.is_none_or(|e| e > now)),
+        _ => false,
+    };
+    free && wants
+}
+
+/// [`claimable`] as a SQL condition over a `runs` row, with the time as
+/// parameter `$NOW` (each engine substitutes its placeholder).
+pub const CLAIMABLE_SQL: &str =
+    "(runs.lease_owner IS NULL OR runs.lease_expires IS NULL OR runs.lease_expires <= $NOW)
+  AND (runs.status = 'running'
+    OR (runs.status = 'parked' AND (runs.retry_at IS NULL OR runs.retry_at <= $NOW))
+    OR (runs.status = 'waiting_for_approval' AND NOT EXISTS (
+          SELECT 1 FROM approvals a WHERE a.run_id = runs.id AND a.status = 'pending'
+            AND (a.expires_at IS NULL OR a.expires_at > $NOW))))";
+
+/// What a store's writer has done so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WriterStats {
+    /// Transitions committed (each its own compare-and-set).
+    pub transitions: u64,
+    /// Transactions that carried them (one sync each).
+    pub transactions: u64,
+    /// Of those transactions, the ones a caller committed on its own thread
+    /// because the store was idle (SQLite).
+    pub inline: u64,
+    /// Wall time the writer spent on its jobs (statements, commits, the
+    /// syncs it waited for), as against waiting for work. Next to a load's
+    /// wall time it says how close the one writer is to being what limits
+    /// throughput.
+    pub busy: std::time::Duration,
 }

@@ -140,6 +140,7 @@ pub fn kinds(store: &Store, run_id: &str) -> Vec<String> {
         .map(|e| e.kind)
         .collect()
 }
+pub mod engine;
 pub mod wasm;
 
 /// The `keel` binary built for these tests.

@@ -4,7 +4,8 @@
 //! cache (a hash of its text, and a reset and clear on return) per row.
 
 use super::rows::{APPROVAL_COLUMNS, RUN_COLUMNS, STEP_COLUMNS};
-use super::{EncodedEvent, Prepared, Write, Written};
+use super::{Prepared, Write, Written};
+use crate::store::encode::EncodedEvent;
 use crate::store::{StoreError, Transition};
 use crate::types::{Run, RunReason};
 use rusqlite::{params, CachedStatement, Connection, OptionalExtension};

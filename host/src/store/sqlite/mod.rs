@@ -13,10 +13,10 @@ mod schema;
 mod writer;
 
 pub use reader::ReadOnlyStore;
-pub use rows::{ApprovalRow, StepRow};
 pub use schema::{CURRENT_VERSION, MIGRATIONS};
-pub use writer::{StoreHandle, WriterStats, WRITER_THREAD};
+pub use writer::{StoreHandle, WRITER_THREAD};
 
+use super::encode::{ApprovalRow, Prepared, StepRow, Write, Written};
 use super::{Committed, Event, NewEvent, StoreError, StoredModelCall, Transition};
 use crate::types::*;
 use rows::{read_event, read_run, APPROVAL_COLUMNS, RUN_COLUMNS, STEP_COLUMNS};
@@ -53,149 +53,6 @@ pub struct Store {
     conn: Connection,
     path: String,
     read_only: bool,
-}
-
-/// An event whose data is already JSON text.
-#[derive(Debug, Clone)]
-pub struct EncodedEvent {
-    pub step_index: Option<u32>,
-    pub kind: &'static str,
-    pub data: String,
-}
-
-impl From<&NewEvent> for EncodedEvent {
-    fn from(e: &NewEvent) -> Self {
-        EncodedEvent {
-            step_index: e.step_index,
-            kind: e.kind.as_str(),
-            // Straight into a byte buffer: `Display` goes through a
-            // formatter adapter, twice the cost for the same text.
-            data: rows::json(&e.data),
-        }
-    }
-}
-
-fn encode(events: &[NewEvent]) -> Vec<EncodedEvent> {
-    events.iter().map(EncodedEvent::from).collect()
-}
-
-/// A write with its rows and events already encoded. [`StoreHandle`]
-/// prepares writes on the caller's thread, and turns what the writer
-/// reports back into a [`Committed`] there too ([`Prepared::committed`]),
-/// so that the writer thread, which every run in the process waits on,
-/// only binds and steps statements.
-#[derive(Debug, Clone)]
-pub struct Prepared {
-    write: Write,
-    /// The run's limits as JSON.
-    limits: String,
-    step_rows: Vec<StepRow>,
-    approval_rows: Vec<ApprovalRow>,
-    events: Vec<EncodedEvent>,
-    /// The rows above, decoded back: what the caller's cache will hold.
-    steps: Vec<Step>,
-    approvals: Vec<Approval>,
-}
-
-impl Prepared {
-    /// Encodes `write`, and decodes its rows back before anything is
-    /// written, so that a row that would not load again is refused here.
-    pub fn new(mut write: Write) -> Result<Prepared, StoreError> {
-        let events = match &mut write {
-            Write::Create { events, .. } => std::mem::take(events),
-            Write::Transition(t) => std::mem::take(&mut t.events),
-        };
-        let (run, steps, approvals) = match &write {
-            Write::Create { run, steps, .. } => (run, &steps[..], &[][..]),
-            Write::Transition(t) => (&t.run, &t.steps[..], &t.approvals[..]),
-        };
-        let step_rows: Vec<StepRow> = steps.iter().map(|s| StepRow::encode(&run.id, s)).collect();
-        let approval_rows: Vec<ApprovalRow> = approvals.iter().map(ApprovalRow::encode).collect();
-        Ok(Prepared {
-            limits: limits_json(&run.limits),
-            steps: step_rows
-                .iter()
-                .map(StepRow::decode)
-                .collect::<Result<_, _>>()?,
-            approvals: approval_rows
-                .iter()
-                .map(ApprovalRow::decode)
-                .collect::<Result<_, _>>()?,
-            step_rows,
-            approval_rows,
-            events: encode(&events),
-            write,
-        })
-    }
-
-    /// What this write committed, given what its statements reported.
-    pub fn committed(self, written: Written) -> Committed {
-        let run = match self.write {
-            Write::Create { run, .. } => run,
-            Write::Transition(t) => t.run,
-        };
-        let events = self
-            .events
-            .into_iter()
-            .zip(written.seqs)
-            .map(|(e, seq)| Event {
-                seq,
-                run_id: run.id.clone(),
-                step_index: e.step_index,
-                kind: e.kind.to_string(),
-                data: e.data,
-                at: run.updated_at,
-            })
-            .collect();
-        Committed {
-            run,
-            steps: self.steps,
-            approvals: self.approvals,
-            events,
-        }
-    }
-}
-
-/// `limits` as JSON. A run's limits go with every one of its writes and
-/// seldom differ from the thread's previous write's, so the last encoding
-/// is kept and reused while they are equal (serializing them was ~0.75%
-/// of the fan-out's CPU).
-fn limits_json(limits: &Limits) -> String {
-    thread_local! {
-        static LAST: std::cell::RefCell<Option<(Limits, String)>> =
-            const { std::cell::RefCell::new(None) };
-    }
-    LAST.with(|last| {
-        let mut last = last.borrow_mut();
-        if let Some((l, json)) = last.as_ref() {
-            if l == limits {
-                return json.clone();
-            }
-        }
-        let json = rows::json(limits);
-        *last = Some((limits.clone(), json.clone()));
-        json
-    })
-}
-
-/// What a write's statements produced that its caller could not know
-/// beforehand: the sequence numbers of its events, in order.
-#[derive(Debug)]
-pub struct Written {
-    seqs: Vec<i64>,
-}
-
-/// A write the store's writer thread may commit in a group with others.
-#[derive(Debug, Clone)]
-pub enum Write {
-    /// A new run, perhaps with its first step started, and its first
-    /// events ([`Store::create_run`]).
-    Create {
-        run: Run,
-        steps: Vec<Step>,
-        events: Vec<NewEvent>,
-    },
-    Transition(Transition),
 }
 
 impl Store {
@@ -285,7 +142,8 @@ impl Store {
         if app != schema::APPLICATION_ID {
             return Err(StoreError::Foreign {
                 path: store.path.clone(),
-                found: app,
+                what: "a SQLite database",
+                detail: format!("application id {app:#x}"),
             });
         }
         if version > CURRENT_VERSION {
@@ -367,7 +225,8 @@ impl Store {
         if app != schema::APPLICATION_ID && (version != 0 || has_tables != 0) {
             return Err(StoreError::Foreign {
                 path: self.path.clone(),
-                found: app,
+                what: "a SQLite database",
+                detail: format!("application id {app:#x}"),
             });
         }
         if version == CURRENT_VERSION {
@@ -388,7 +247,8 @@ impl Store {
         if app != schema::APPLICATION_ID {
             return Err(StoreError::Foreign {
                 path: self.path.clone(),
-                found: app,
+                what: "a SQLite database",
+                detail: format!("application id {app:#x}"),
             });
         }
         Ok(())
@@ -609,6 +469,55 @@ impl Store {
         Ok(rows.collect::<Result<Vec<_>, _>>()?)
     }
 
+    /// How many events the journal holds.
+    pub fn count_events(&self) -> Result<u64, StoreError> {
+        let n: i64 = self
+            .conn
+            .query_row("SELECT count(*) FROM events", [], |r| r.get(0))?;
+        Ok(n as u64)
+    }
+
+    /// Claims up to `limit` runs that need a driver, committing `rule`'s
+    /// transition for each in one transaction (see
+    /// [`crate::store::RunStore::claim`]); SQLite's write lock keeps other
+    /// claimers out meanwhile.
+    pub fn claim(
+        &mut self,
+        now: i64,
+        limit: u32,
+        rule: &crate::store::ClaimRule,
+    ) -> Result<Vec<Run>, StoreError> {
+        self.writable()?;
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let found = {
+            let sql = format!(
+                "SELECT {RUN_COLUMNS} FROM runs WHERE {} ORDER BY updated_at, id LIMIT ?2",
+                crate::store::CLAIMABLE_SQL.replace("$NOW", "?1")
+            );
+            let mut stmt = tx.prepare(&sql)?;
+            let mut rows = stmt.query(params![now, limit])?;
+            let mut out = Vec::new();
+            while let Some(r) = rows.next()? {
+                out.push(read_run(r)?);
+            }
+            out
+        };
+        let mut claimed = Vec::new();
+        {
+            let mut stmts = apply::Statements::new(&tx);
+            for run in found {
+                let Ok(t) = rule(&run) else { continue };
+                let p = Prepared::new(Write::Transition(t))?;
+                let written = stmts.write(&p)?;
+                claimed.push(p.committed(written).run);
+            }
+        }
+        tx.commit()?;
+        Ok(claimed)
+    }
+
     /// Number of model calls recorded for a run.
     pub fn model_call_count(&self, run_id: &str) -> Result<u32, StoreError> {
         Ok(self.conn.query_row(
@@ -776,21 +685,4 @@ fn classify_open(path: &str, e: rusqlite::Error) -> StoreError {
         }
     }
     StoreError::from(e)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reused_limits_json_always_matches_the_limits_at_hand() {
-        let a = Limits::default();
-        let b = Limits {
-            max_steps: 7,
-            ..Limits::default()
-        };
-        for l in [&a, &a, &b, &b, &a, &b] {
-            assert_eq!(limits_json(l), rows::json(l));
-        }
-    }
 }

@@ -73,4 +73,7 @@ impl RunReader for ReadOnlyStore {
         let id = run_id.to_string();
         self.read(move |s| s.model_calls(&id)).await
     }
+    async fn count_events(&self) -> Result<u64, StoreError> {
+        self.read(|s| s.count_events()).await
+    }
 }

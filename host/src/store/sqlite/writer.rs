@@ -12,7 +12,7 @@
 //! two writes meet, they queue and the writer thread groups them.
 
 use super::{Prepared, Store, Write, Written};
-use crate::store::{Committed, NewEvent, StoreError, Transition};
+use crate::store::{Committed, NewEvent, StoreError, Transition, WriterStats};
 use crate::types::{Run, Step};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard, TryLockError};
@@ -68,24 +68,6 @@ impl Shared {
             Err(TryLockError::WouldBlock) => None,
         }
     }
-}
-
-/// What the writer thread has done so far.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct WriterStats {
-    /// Transitions committed (each its own compare-and-set).
-    pub transitions: u64,
-    /// SQLite transactions that carried them (one sync each).
-    pub transactions: u64,
-    /// Of those transactions, the ones a caller committed on its own thread
-    /// because the store was idle.
-    pub inline: u64,
-    /// Wall time the writer thread spent on its jobs (statements, commits,
-    /// the syncs it waited for, and any wait for a CPU meanwhile), as
-    /// against waiting for work. Inline commits are not in it. Next to a
-    /// load's wall time it says how close the one writer is to being what
-    /// limits throughput.
-    pub busy: Duration,
 }
 
 #[derive(Default)]
@@ -295,6 +277,9 @@ impl crate::store::RunReader for StoreHandle {
         let id = run_id.to_string();
         self.with(move |s| s.model_calls(&id)).await?
     }
+    async fn count_events(&self) -> Result<u64, StoreError> {
+        self.with(|s| s.count_events()).await?
+    }
 }
 
 #[async_trait::async_trait]
@@ -324,5 +309,16 @@ impl crate::store::RunStore for StoreHandle {
     async fn release_lease(&self, run_id: &str, owner: &str) -> Result<(), StoreError> {
         let (id, o) = (run_id.to_string(), owner.to_string());
         self.with(move |s| s.release_lease(&id, &o)).await?
+    }
+    async fn claim(
+        &self,
+        now: i64,
+        limit: u32,
+        rule: crate::store::ClaimRule,
+    ) -> Result<Vec<Run>, StoreError> {
+        self.with(move |s| s.claim(now, limit, &rule)).await?
+    }
+    fn writer_stats(&self) -> WriterStats {
+        self.stats()
     }
 }

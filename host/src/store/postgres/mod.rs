@@ -1,0 +1,387 @@
+//! The PostgreSQL engine: a database that many Keel processes share.
+//!
+//! Writes go through one writer task per process, which owns a connection
+//! and commits whatever has queued as one transaction (group commit: one
+//! WAL flush for many runs' transitions, each still its own
+//! compare-and-set, see [`apply`]). Reads, heartbeats and claims use a
+//! small pool of other connections. A lost connection fails the writes in
+//! flight with [`StoreError::Unavailable`] (the server rolls back what was
+//! not committed); the next write connects again.
+
+mod apply;
+mod conn;
+mod rows;
+mod schema;
+
+pub use schema::{CURRENT_VERSION, MIGRATIONS};
+
+use super::encode::{Prepared, Write, Written};
+use super::{
+    ClaimRule, Committed, Event, NewEvent, RunReader, RunStore, StoreError, StoredModelCall,
+    Transition, WriterStats,
+};
+use crate::types::*;
+use conn::{Conn, Pool};
+use rows::{read_approval, read_event, read_model_call, read_run, read_step};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock};
+use std::time::Instant;
+use tokio::sync::{mpsc, oneshot};
+
+/// The most transitions committed together.
+const MAX_GROUP: usize = 512;
+
+/// Connections for reads, heartbeats and claims, besides the writer's.
+const POOL_SIZE: usize = 4;
+
+static GET_RUN: LazyLock<String> =
+    LazyLock::new(|| format!("SELECT {} FROM runs WHERE id = $1", rows::RUN_COLUMNS));
+static LIST_RUNS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT {} FROM runs WHERE ($1::text IS NULL OR status = $1)
+         ORDER BY created_at DESC, id DESC LIMIT $2",
+        rows::RUN_COLUMNS
+    )
+});
+static STEPS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT {} FROM steps WHERE run_id = $1 ORDER BY idx",
+        rows::STEP_COLUMNS
+    )
+});
+static APPROVALS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT {} FROM approvals WHERE run_id = $1 ORDER BY created_at, id",
+        rows::APPROVAL_COLUMNS
+    )
+});
+static APPROVAL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT {} FROM approvals WHERE id = $1",
+        rows::APPROVAL_COLUMNS
+    )
+});
+const EVENTS_OF_RUN: &str = "SELECT seq, run_id, step_idx, kind, data, at FROM events
+     WHERE run_id = $2 AND seq > $1 ORDER BY seq LIMIT $3";
+const EVENTS_OF_ALL: &str = "SELECT seq, run_id, step_idx, kind, data, at FROM events
+     WHERE seq > $1 ORDER BY seq LIMIT $2";
+const MODEL_CALLS: &str = "SELECT step_idx, provider, prompt_tokens, completion_tokens,
+        outcome, error, latency_ms, at FROM model_calls WHERE run_id = $1 ORDER BY id";
+const HEARTBEAT: &str = "UPDATE runs SET lease_expires = $3 WHERE id = $1 AND lease_owner = $2";
+const RELEASE: &str =
+    "UPDATE runs SET lease_owner = NULL, lease_expires = NULL WHERE id = $1 AND lease_owner = $2";
+/// Runs that need a driver, locked for the claim; rows another claimer
+/// holds are passed over (`SKIP LOCKED`), so claimers do not queue.
+static CLAIM: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT {} FROM runs WHERE {} ORDER BY updated_at, id LIMIT $2 FOR UPDATE SKIP LOCKED",
+        rows::RUN_COLUMNS,
+        super::CLAIMABLE_SQL.replace("$NOW", "$1")
+    )
+});
+
+/// A PostgreSQL store: cloneable, shared by the runs of a process.
+#[derive(Clone)]
+pub struct PgStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    pool: Pool,
+    /// `None` when opened for reading only.
+    writer: Option<mpsc::UnboundedSender<Job>>,
+    counters: Arc<Counters>,
+}
+
+type Reply = oneshot::Sender<(Box<Prepared>, Result<Written, StoreError>)>;
+
+struct Job(Box<Prepared>, Reply);
+
+#[derive(Default)]
+struct Counters {
+    transitions: AtomicU64,
+    transactions: AtomicU64,
+    busy_ns: AtomicU64,
+}
+
+impl PgStore {
+    /// Connects to the database at `url`. A writer creates or migrates
+    /// Keel's tables and checks that its role may write them; a reader
+    /// (`writable` false) only checks that the database is Keel's, at a
+    /// version it can read. Errors name the server without the password.
+    pub async fn open(url: &str, writable: bool) -> Result<PgStore, StoreError> {
+        let shown = super::location::redact_url(url);
+        let cfg = conn::config(url, &shown)?;
+        let first = conn::connect(&cfg, &shown).await?;
+        if writable {
+            schema::migrate(&first, &shown).await?;
+        } else {
+            schema::check_readable(&first, &shown).await?;
+        }
+        let counters = Arc::new(Counters::default());
+        let writer = writable.then(|| {
+            let (tx, rx) = mpsc::unbounded_channel();
+            tokio::spawn(writer(cfg.clone(), shown.clone(), rx, counters.clone()));
+            tx
+        });
+        Ok(PgStore {
+            inner: Arc::new(Inner {
+                pool: Pool::new(cfg, shown, POOL_SIZE, first),
+                writer,
+                counters,
+            }),
+        })
+    }
+
+    /// The database's URL without its password.
+    pub fn location(&self) -> &str {
+        self.inner.pool.shown()
+    }
+
+    async fn write(&self, w: Write) -> Result<Committed, StoreError> {
+        let tx = self.inner.writer.as_ref().ok_or(StoreError::ReadOnly)?;
+        let w = Prepared::new(w)?;
+        let (reply, rx) = oneshot::channel();
+        tx.send(Job(Box::new(w), reply))
+            .map_err(|_| StoreError::Refused("the store writer has stopped".into()))?;
+        let (w, written) = rx
+            .await
+            .map_err(|_| StoreError::Refused("the store writer has stopped".into()))?;
+        Ok(w.committed(written?))
+    }
+}
+
+/// The writer task: takes whatever has queued (up to [`MAX_GROUP`]) and
+/// commits it as one transaction, connecting again after a loss.
+async fn writer(
+    cfg: tokio_postgres::Config,
+    shown: String,
+    mut rx: mpsc::UnboundedReceiver<Job>,
+    counters: Arc<Counters>,
+) {
+    let mut conn: Option<Conn> = None;
+    let mut group: Vec<Job> = Vec::new();
+    while let Some(first) = rx.recv().await {
+        let woke = Instant::now();
+        group.push(first);
+        while group.len() < MAX_GROUP {
+            match rx.try_recv() {
+                Ok(j) => group.push(j),
+                Err(_) => break,
+            }
+        }
+        if conn.as_ref().is_none_or(Conn::is_closed) {
+            conn = match conn::connect(&cfg, &shown).await {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    let detail = e.to_string();
+                    for Job(w, reply) in group.drain(..) {
+                        let err = StoreError::Unavailable {
+                            detail: detail.clone(),
+                        };
+                        let _ = reply.send((w, Err(err)));
+                    }
+                    continue;
+                }
+            };
+        }
+        let Some(c) = conn.as_ref() else { continue };
+        let ws: Vec<&Prepared> = group.iter().map(|Job(w, _)| &**w).collect();
+        let results = apply::write_group(c, &ws).await;
+        drop(ws);
+        counters.transactions.fetch_add(1, Ordering::Relaxed);
+        counters
+            .transitions
+            .fetch_add(group.len() as u64, Ordering::Relaxed);
+        match results {
+            Ok(results) => {
+                for (r, Job(w, reply)) in results.into_iter().zip(group.drain(..)) {
+                    let _ = reply.send((w, r));
+                }
+            }
+            Err(e) => {
+                for Job(w, reply) in group.drain(..) {
+                    let _ = reply.send((w, Err(same_error(&e))));
+                }
+            }
+        }
+        let busy = u64::try_from(woke.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        counters.busy_ns.fetch_add(busy, Ordering::Relaxed);
+    }
+}
+
+/// The error every member of a failed group gets.
+fn same_error(e: &StoreError) -> StoreError {
+    match e {
+        StoreError::Unavailable { detail } => StoreError::Unavailable {
+            detail: detail.clone(),
+        },
+        StoreError::DiskFull => StoreError::DiskFull,
+        StoreError::ReadOnly => StoreError::ReadOnly,
+        StoreError::NotPermitted(m) => StoreError::NotPermitted(m.clone()),
+        other => StoreError::Refused(format!("group commit failed: {other}")),
+    }
+}
+
+#[async_trait::async_trait]
+impl RunReader for PgStore {
+    async fn get_run(&self, id: &str) -> Result<Option<Run>, StoreError> {
+        let c = self.inner.pool.get().await?;
+        let rows = c.query(GET_RUN.as_str(), &[&id]).await?;
+        rows.first().map(read_run).transpose()
+    }
+    async fn list_runs(
+        &self,
+        status: Option<RunStatus>,
+        limit: u32,
+    ) -> Result<Vec<Run>, StoreError> {
+        let c = self.inner.pool.get().await?;
+        let status = status.map(|s| s.as_str());
+        let rows = c
+            .query(LIST_RUNS.as_str(), &[&status, &i64::from(limit)])
+            .await?;
+        rows.iter().map(read_run).collect()
+    }
+    async fn steps(&self, run_id: &str) -> Result<Vec<Step>, StoreError> {
+        let c = self.inner.pool.get().await?;
+        let rows = c.query(STEPS.as_str(), &[&run_id]).await?;
+        rows.iter().map(read_step).collect()
+    }
+    async fn approvals(&self, run_id: &str) -> Result<Vec<Approval>, StoreError> {
+        let c = self.inner.pool.get().await?;
+        let rows = c.query(APPROVALS.as_str(), &[&run_id]).await?;
+        rows.iter().map(read_approval).collect()
+    }
+    async fn approval(&self, id: &str) -> Result<Approval, StoreError> {
+        let c = self.inner.pool.get().await?;
+        let rows = c.query(APPROVAL.as_str(), &[&id]).await?;
+        match rows.first() {
+            Some(r) => read_approval(r),
+            None => Err(StoreError::ApprovalNotFound(id.to_string())),
+        }
+    }
+    async fn events_after(
+        &self,
+        run_id: Option<&str>,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<Event>, StoreError> {
+        let c = self.inner.pool.get().await?;
+        let limit = i64::from(limit);
+        let rows = match run_id {
+            Some(id) => c.query(EVENTS_OF_RUN, &[&after, &id, &limit]).await?,
+            None => c.query(EVENTS_OF_ALL, &[&after, &limit]).await?,
+        };
+        rows.iter().map(read_event).collect()
+    }
+    async fn model_calls(&self, run_id: &str) -> Result<Vec<StoredModelCall>, StoreError> {
+        let c = self.inner.pool.get().await?;
+        let rows = c.query(MODEL_CALLS, &[&run_id]).await?;
+        rows.iter().map(read_model_call).collect()
+    }
+    async fn count_events(&self) -> Result<u64, StoreError> {
+        let c = self.inner.pool.get().await?;
+        let rows = c.query("SELECT count(*) FROM events", &[]).await?;
+        let n: i64 = rows
+            .first()
+            .map(|r| r.try_get(0))
+            .transpose()
+            .map_err(|e| StoreError::BadRow(e.to_string()))?
+            .unwrap_or(0);
+        Ok(n as u64)
+    }
+}
+
+#[async_trait::async_trait]
+impl RunStore for PgStore {
+    async fn create_run(
+        &self,
+        run: Run,
+        steps: Vec<Step>,
+        events: Vec<NewEvent>,
+    ) -> Result<Committed, StoreError> {
+        self.write(Write::Create { run, steps, events }).await
+    }
+    async fn commit(&self, t: Transition) -> Result<Committed, StoreError> {
+        self.write(Write::Transition(t)).await
+    }
+    async fn heartbeat(
+        &self,
+        run_id: &str,
+        owner: &str,
+        now: i64,
+        ttl_ms: i64,
+    ) -> Result<bool, StoreError> {
+        if self.inner.writer.is_none() {
+            return Err(StoreError::ReadOnly);
+        }
+        let c = self.inner.pool.get().await?;
+        let n = c
+            .execute(HEARTBEAT, &[&run_id, &owner, &(now + ttl_ms)])
+            .await?;
+        Ok(n == 1)
+    }
+    async fn release_lease(&self, run_id: &str, owner: &str) -> Result<(), StoreError> {
+        if self.inner.writer.is_none() {
+            return Err(StoreError::ReadOnly);
+        }
+        let c = self.inner.pool.get().await?;
+        c.execute(RELEASE, &[&run_id, &owner]).await?;
+        Ok(())
+    }
+    async fn claim(&self, now: i64, limit: u32, rule: ClaimRule) -> Result<Vec<Run>, StoreError> {
+        if self.inner.writer.is_none() {
+            return Err(StoreError::ReadOnly);
+        }
+        let c = self.inner.pool.get().await?;
+        c.batch("BEGIN").await?;
+        let done = claim_locked(&c, now, limit, &rule).await;
+        match done {
+            Ok(runs) => {
+                c.batch("COMMIT").await?;
+                Ok(runs)
+            }
+            Err(e) => {
+                let _ = c.batch("ROLLBACK").await;
+                Err(e)
+            }
+        }
+    }
+    fn writer_stats(&self) -> WriterStats {
+        let c = &self.inner.counters;
+        WriterStats {
+            transitions: c.transitions.load(Ordering::Relaxed),
+            transactions: c.transactions.load(Ordering::Relaxed),
+            inline: 0,
+            busy: std::time::Duration::from_nanos(c.busy_ns.load(Ordering::Relaxed)),
+        }
+    }
+}
+
+/// Inside the claim's transaction: lock the runs that need a driver
+/// (passing over those another claimer holds), and commit the rule's
+/// transition for each with the group's statements.
+async fn claim_locked(
+    c: &Conn,
+    now: i64,
+    limit: u32,
+    rule: &ClaimRule,
+) -> Result<Vec<Run>, StoreError> {
+    let rows = c.query(CLAIM.as_str(), &[&now, &i64::from(limit)]).await?;
+    let mut prepared = Vec::new();
+    for r in &rows {
+        let run = read_run(r)?;
+        if let Ok(t) = rule(&run) {
+            prepared.push(Prepared::new(Write::Transition(t))?);
+        }
+    }
+    let refs: Vec<&Prepared> = prepared.iter().collect();
+    let results = apply::apply(c, &refs).await?;
+    let mut claimed = Vec::new();
+    for (p, r) in prepared.into_iter().zip(results) {
+        if let Ok(w) = r {
+            claimed.push(p.committed(w).run);
+        }
+    }
+    Ok(claimed)
+}

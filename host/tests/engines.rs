@@ -1,0 +1,650 @@
+//! The store conformance suite: every guarantee of the store and the loop
+//! that is not about SQLite's own file, from one test code, on SQLite and
+//! on PostgreSQL (`sqlite::NAME` and `postgres::NAME`). Child processes
+//! (crashes, races, claimers) are this binary run again with `--ignored`.
+
+mod common;
+
+use common::engine::{Engine, TestStore};
+use common::*;
+use keel::driver::operator::decision_transition;
+use keel::store::{Expect, Location, NewEvent, OpenOptions, RunStore, Transition};
+use keel::*;
+use std::io::Write;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+on_both_engines!(
+    the_same_run_writes_the_same_rows_and_events_on_both_engines,
+    a_failed_compare_and_set_writes_nothing,
+    a_group_commits_many_runs_and_a_failed_member_fails_alone,
+    approve_then_resume_runs_the_call_once_and_a_tampered_approval_is_refused,
+    two_operators_deciding_one_approval_at_once_cannot_both_succeed,
+    cancel_from_another_process_stops_a_live_loop,
+    two_processes_racing_for_one_run_never_both_drive_it,
+    a_crash_at_any_write_point_loses_nothing_and_repeats_no_side_effect,
+    claimers_in_three_processes_drive_every_run_once,
+);
+
+/// A run with every kind of step: an allowed call, a denied one, an
+/// invalid decision, an approval (denied by an operator), and the end.
+fn tour() -> Vec<Decision> {
+    vec![
+        call("write_a", r#"{"n":1}"#),
+        call("deny_b", r#"{"n":2}"#),
+        call("nope", r#"{"n":3}"#),
+        call("ask_c", r#"{"n":4}"#),
+        Decision::Complete(r#""toured""#.into()),
+    ]
+}
+
+/// Drives [`tour`] on `rt` with fixed ids and clock: returns the run's
+/// rows and journal as JSON, with what only an engine chooses (event
+/// numbers) left out.
+async fn tour_on(store: Arc<dyn RunStore>) -> serde_json::Value {
+    let rt = Runtime::on(store.clone())
+        .with_ids(Arc::new(keel::driver::SeqIds::new()))
+        .with_clock(Arc::new(keel::driver::StepClock::new(1_000, 7)));
+    let n = Arc::new(Mutex::new(0));
+    let tools = || {
+        vec![
+            counting_tool("write_a", Effect::LocalMutation, n.clone()),
+            counting_tool("deny_b", Effect::ReadOnly, n.clone()),
+            counting_tool("ask_c", Effect::Destructive, n.clone()),
+        ]
+    };
+    let (c, _) = consumers(tour(), tools());
+    let out = rt.start("tour", Limits::default(), "{}", c).await.unwrap();
+    assert_eq!(out.run.status, RunStatus::WaitingForApproval);
+    let a = out.pending.unwrap();
+    rt.operator()
+        .deny(&a.id, "ops", Some("not today"))
+        .await
+        .unwrap();
+    let (c, _) = consumers(tour(), tools());
+    let done = rt.resume(&out.run.id, c).await.unwrap();
+    assert_eq!(done.run.status, RunStatus::Completed);
+    let id = &done.run.id;
+    let events: Vec<_> = store
+        .events_after(Some(id), 0, 1000)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.step_index, e.kind, e.data, e.at))
+        .collect();
+    let mut run = store.run(id).await.unwrap();
+    // The lease owner names the process and host.
+    run.lease_owner = None;
+    serde_json::json!({
+        "run": run,
+        "steps": store.steps(id).await.unwrap(),
+        "approvals": store.approvals(id).await.unwrap(),
+        "events": events,
+        "model_calls": store.model_calls(id).await.unwrap(),
+        "tool_calls": *n.lock().unwrap(),
+    })
+}
+
+/// Every transition is one transaction with its events, and both engines
+/// store the same run alike: the same rows, the same events in the same
+/// order, read back the same way.
+async fn the_same_run_writes_the_same_rows_and_events_on_both_engines(s: TestStore) {
+    let here = tour_on(s.open().await).await;
+    let reference = TestStore::new(Engine::Sqlite).await;
+    let there = tour_on(reference.open().await).await;
+    assert_eq!(here, there);
+    let kinds: Vec<&str> = here["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e[1].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds.first(), Some(&"run.started"));
+    assert_eq!(kinds.last(), Some(&"run.completed"));
+    assert!(kinds.contains(&"approval.denied"));
+    // Numbers grow in the order of the journal.
+    let store = s.open().await;
+    let all = store.events_after(None, 0, 1000).await.unwrap();
+    assert!(all.windows(2).all(|w| w[0].seq < w[1].seq));
+    assert_eq!(store.count_events().await.unwrap(), all.len() as u64);
+}
+
+/// A transition whose expectation no longer holds is refused with
+/// `Conflict` (or `RunNotFound`) and writes nothing: no row, no event.
+async fn a_failed_compare_and_set_writes_nothing(s: TestStore) {
+    let rt = s.runtime().await;
+    let run = rt.submit("cas", Limits::default(), "{}").await.unwrap();
+    let store = rt.store().clone();
+    let events = store.count_events().await.unwrap();
+    let mut next = run.clone();
+    next.step_count = 9;
+    let t = |owner: Option<&str>, status: RunStatus, run: Run| Transition {
+        expect: Expect {
+            status,
+            owner: owner.map(str::to_string),
+            pending_approval: None,
+        },
+        run,
+        steps: vec![Step::started(5, 1)],
+        approvals: vec![],
+        events: vec![NewEvent::new(
+            EventKind::StepStarted,
+            Some(5),
+            serde_json::json!({}),
+        )],
+        model_calls: vec![],
+    };
+    let wrong_owner = store
+        .commit(t(Some("someone"), RunStatus::Running, next.clone()))
+        .await;
+    assert!(
+        matches!(wrong_owner, Err(StoreError::Conflict { ref owner, .. }) if owner.is_none()),
+        "{wrong_owner:?}"
+    );
+    let wrong_status = store.commit(t(None, RunStatus::Parked, next.clone())).await;
+    assert!(matches!(wrong_status, Err(StoreError::Conflict { .. })));
+    let mut ghost = next.clone();
+    ghost.id = "no_such_run".into();
+    let missing = store.commit(t(None, RunStatus::Running, ghost)).await;
+    assert!(
+        matches!(missing, Err(StoreError::RunNotFound(_))),
+        "{missing:?}"
+    );
+    assert_eq!(store.count_events().await.unwrap(), events);
+    assert_eq!(store.run(&run.id).await.unwrap().step_count, 1);
+    assert_eq!(store.steps(&run.id).await.unwrap().len(), 1);
+    // The right expectation applies.
+    store
+        .commit(t(None, RunStatus::Running, next))
+        .await
+        .unwrap();
+    assert_eq!(store.run(&run.id).await.unwrap().step_count, 9);
+    assert_eq!(store.count_events().await.unwrap(), events + 1);
+}
+
+/// Many runs' writes at once are committed in shared transactions; a
+/// member whose compare-and-set fails, or a duplicate new run, fails alone
+/// and leaves nothing, and every other member commits whole.
+async fn a_group_commits_many_runs_and_a_failed_member_fails_alone(s: TestStore) {
+    let rt = s.runtime().await;
+    let store = rt.store().clone();
+    let mut runs = Vec::new();
+    for i in 0..200 {
+        runs.push(
+            rt.submit(&format!("g{i}"), Limits::default(), "{}")
+                .await
+                .unwrap(),
+        );
+    }
+    let before = store.writer_stats();
+    let events = store.count_events().await.unwrap();
+    let mut tasks = tokio::task::JoinSet::new();
+    for (i, run) in runs.iter().enumerate() {
+        let (store, run) = (store.clone(), run.clone());
+        tasks.spawn(async move {
+            let mut next = run.clone();
+            next.updated_at += 1;
+            let owner = (i == 13).then(|| "nobody-holds-it".to_string());
+            let t = Transition {
+                expect: Expect {
+                    status: RunStatus::Running,
+                    owner,
+                    pending_approval: None,
+                },
+                run: next,
+                steps: vec![],
+                approvals: vec![],
+                events: vec![NewEvent::new(
+                    EventKind::LeaseTakenOver,
+                    None,
+                    serde_json::json!({ "i": i }),
+                )],
+                model_calls: vec![],
+            };
+            (i, store.commit(t).await)
+        });
+    }
+    {
+        // A new run whose id exists already.
+        let store = store.clone();
+        let dup = runs[0].clone();
+        tasks.spawn(async move { (usize::MAX, store.create_run(dup, vec![], vec![]).await) });
+    }
+    let mut failed = Vec::new();
+    while let Some(r) = tasks.join_next().await {
+        let (i, r) = r.unwrap();
+        if r.is_err() {
+            failed.push(i);
+        }
+    }
+    failed.sort();
+    assert_eq!(failed, vec![13, usize::MAX]);
+    assert_eq!(store.count_events().await.unwrap(), events + 199);
+    let after = store.writer_stats();
+    let (transitions, transactions) = (
+        after.transitions - before.transitions,
+        after.transactions - before.transactions,
+    );
+    assert!(
+        transitions >= 200 && transactions < transitions,
+        "{transitions} writes in {transactions} transactions"
+    );
+    for (i, run) in runs.iter().enumerate() {
+        let got = store.run(&run.id).await.unwrap();
+        assert_eq!(
+            got.updated_at,
+            run.updated_at + u64::from(i != 13) as i64,
+            "run {i}"
+        );
+    }
+}
+
+/// Approve and resume runs exactly the recorded call, once; approving
+/// again is refused; an approval whose row was altered is refused by its
+/// hash and nothing runs.
+async fn approve_then_resume_runs_the_call_once_and_a_tampered_approval_is_refused(s: TestStore) {
+    let rt = s.runtime().await;
+    let n = Arc::new(Mutex::new(0));
+    let script = || vec![call("ask_w", r#"{"n":7}"#), Decision::Complete("1".into())];
+    let tools = || vec![counting_tool("ask_w", Effect::LocalMutation, n.clone())];
+    let (c, _) = consumers(script(), tools());
+    let out = rt.start("a", Limits::default(), "{}", c).await.unwrap();
+    let a = out.pending.unwrap();
+    let op = s.runtime().await.operator();
+    op.approve(&a.id, "ops", None).await.unwrap();
+    assert!(
+        op.approve(&a.id, "ops", None).await.is_err(),
+        "approving twice"
+    );
+    let (c, _) = consumers(script(), tools());
+    let done = rt.resume(&out.run.id, c).await.unwrap();
+    assert_eq!(done.run.status, RunStatus::Completed);
+    assert_eq!(*n.lock().unwrap(), 1);
+
+    let (c, _) = consumers(script(), tools());
+    let out = rt.start("b", Limits::default(), "{}", c).await.unwrap();
+    let a = out.pending.unwrap();
+    op.approve(&a.id, "ops", None).await.unwrap();
+    s.exec(&format!(
+        "UPDATE approvals SET arguments='{{\"n\":999}}' WHERE id='{}'",
+        a.id
+    ))
+    .await;
+    let (c, _) = consumers(script(), tools());
+    let r = rt.resume(&out.run.id, c).await;
+    assert!(matches!(r, Err(DriverError::Tampered { .. })), "{r:?}");
+    assert_eq!(*n.lock().unwrap(), 1, "nothing ran");
+    assert_eq!(
+        rt.store().run(&out.run.id).await.unwrap().status,
+        RunStatus::WaitingForApproval
+    );
+}
+
+/// Two operators deciding one approval at once, through two handles (as
+/// two processes): exactly one decision is recorded.
+async fn two_operators_deciding_one_approval_at_once_cannot_both_succeed(s: TestStore) {
+    let rt = s.runtime().await;
+    let n = Arc::new(Mutex::new(0));
+    for round in 0..5 {
+        let (c, _) = consumers(
+            vec![call("ask_w", r#"{"n":7}"#)],
+            vec![counting_tool("ask_w", Effect::LocalMutation, n.clone())],
+        );
+        let out = rt.start("x", Limits::default(), "{}", c).await.unwrap();
+        let a = out.pending.unwrap();
+        let (one, two) = (s.open().await, s.open().await);
+        let run = one.run(&out.run.id).await.unwrap();
+        let approve = decision_transition(&run, &a, true, "alice", None, 1).unwrap();
+        let deny = decision_transition(&run, &a, false, "bob", None, 1).unwrap();
+        let (x, y) = tokio::join!(one.commit(approve), two.commit(deny));
+        assert!(
+            x.is_ok() != y.is_ok(),
+            "round {round}: exactly one decision wins: {:?} / {:?}",
+            x.map(|_| ()),
+            y.map(|_| ())
+        );
+        let decided = one
+            .events_after(Some(&out.run.id), 0, 100)
+            .await
+            .unwrap()
+            .iter()
+            .filter(|e| e.kind == "approval.approved" || e.kind == "approval.denied")
+            .count();
+        assert_eq!(decided, 1, "round {round}: one decision journaled");
+    }
+}
+
+/// `keel cancel` from another process makes the live loop stop.
+async fn cancel_from_another_process_stops_a_live_loop(s: TestStore) {
+    let rt = s.runtime().await;
+    let started = Arc::new(Mutex::new(false));
+    let s2 = started.clone();
+    let waiting: Arc<dyn ToolProvider> =
+        Arc::new(FnTool::new(spec("wait", Effect::ReadOnly), move |_| {
+            *s2.lock().unwrap() = true;
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            Ok(serde_json::json!({}))
+        }));
+    let many: Vec<Decision> = (0..50)
+        .map(|i| call("wait", &format!(r#"{{"n":{i}}}"#)))
+        .collect();
+    let (c, _) = consumers(many, vec![waiting]);
+    let live = rt.clone();
+    let handle = tokio::spawn(async move { live.start("long", Limits::default(), "{}", c).await });
+    while !*started.lock().unwrap() {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let run_id = rt.store().list_runs(None, 1).await.unwrap()[0].id.clone();
+    let out = keel_bin()
+        .args(["--store", &s.location, "cancel", &run_id, "--by", "ops"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", output_text(&out));
+    let done = handle.await.unwrap().unwrap();
+    assert_eq!(done.run.status, RunStatus::Cancelled);
+    assert!(done.run.step_count < 50);
+}
+
+/// This binary run again as a child: `mode` says what it does.
+fn spawn_child(mode: &str, store: &TestStore, env: &[(&str, &str)]) -> std::process::Command {
+    let mut c = std::process::Command::new(std::env::current_exe().unwrap());
+    c.args([
+        "--exact",
+        "child",
+        "--ignored",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env("KEEL_CHILD", mode)
+    .env("KEEL_CHILD_STORE", &store.location)
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::null());
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c
+}
+
+/// Tools that append a line per execution to `log` (synced): `{tag} {args}`.
+fn logged(log: &Path, tools: &[(&str, Effect)], tag: &str) -> Vec<Arc<dyn ToolProvider>> {
+    tools
+        .iter()
+        .map(|&(name, effect)| {
+            let (log, n, tag) = (log.to_path_buf(), name.to_string(), tag.to_string());
+            Arc::new(FnTool::new(spec(name, effect), move |args| {
+                let mut f = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&log)
+                    .map_err(|e| e.to_string())?;
+                // One write per line: processes append to one file at once.
+                f.write_all(format!("{n} {tag} {args}\n").as_bytes())
+                    .map_err(|e| e.to_string())?;
+                f.sync_all().map_err(|e| e.to_string())?;
+                Ok(serde_json::json!({ "did": n }))
+            })) as Arc<dyn ToolProvider>
+        })
+        .collect()
+}
+
+fn lines_of(log: &Path, tool: &str) -> Vec<String> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.starts_with(&format!("{tool} ")))
+        .map(str::to_string)
+        .collect()
+}
+
+const CRASH_TOOLS: [(&str, Effect); 3] = [
+    ("write_a", Effect::LocalMutation),
+    ("read_b", Effect::ReadOnly),
+    ("put_c", Effect::Idempotent),
+];
+
+fn crash_script() -> Vec<Decision> {
+    vec![
+        call("write_a", r#"{"n":1}"#),
+        call("read_b", r#"{"n":2}"#),
+        call("put_c", r#"{"n":3}"#),
+        Decision::Complete(r#""done""#.into()),
+    ]
+}
+
+fn race_script() -> Vec<Decision> {
+    (0..8)
+        .map(|i| call("step", &format!(r#"{{"n":{i}}}"#)))
+        .chain([Decision::Complete("1".into())])
+        .collect()
+}
+
+/// The children's entry (ignored unless run as a child).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn child() {
+    let (Ok(mode), Ok(loc)) = (
+        std::env::var("KEEL_CHILD"),
+        std::env::var("KEEL_CHILD_STORE"),
+    ) else {
+        return;
+    };
+    let log = std::path::PathBuf::from(std::env::var("KEEL_CHILD_LOG").unwrap());
+    let store = keel::store::open(&Location::parse(&loc), OpenOptions::default())
+        .await
+        .unwrap();
+    let me = std::process::id().to_string();
+    match mode.as_str() {
+        // Starts the crash script; KEEL_TEST_CRASH_AT aborts it.
+        "crash" => {
+            let rt = Runtime::on(store).with_lease_ttl_ms(50);
+            let (c, _) = consumers(crash_script(), logged(&log, &CRASH_TOOLS, &me));
+            let _ = rt.start("crash me", Limits::default(), "{}", c).await;
+        }
+        // Races another child to resume run KEEL_CHILD_RUN.
+        "race" => {
+            let run_id = std::env::var("KEEL_CHILD_RUN").unwrap();
+            let rt = Runtime::on(store);
+            let slow = logged(&log, &[("step", Effect::LocalMutation)], &me);
+            let (c, _) = consumers(race_script(), slow);
+            match rt.resume(&run_id, c).await {
+                Ok(out) if out.run.status == RunStatus::Completed => std::process::exit(10),
+                Err(DriverError::Store(StoreError::Leased { .. })) => std::process::exit(11),
+                Err(DriverError::Terminal(..)) => std::process::exit(12),
+                other => panic!("unexpected: {other:?}"),
+            }
+        }
+        // Claims and drives runs until none is left to claim for a while.
+        "claim" => {
+            let rt = Runtime::on(store);
+            let mut idle = 0;
+            while idle < 10 {
+                let claimed = rt.claim(8).await.unwrap();
+                if claimed.is_empty() {
+                    idle += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+                idle = 0;
+                let mut live = tokio::task::JoinSet::new();
+                for run in claimed {
+                    let (rt, log, me) = (rt.clone(), log.clone(), me.clone());
+                    live.spawn(async move {
+                        let tag = format!("{me} {}", run.id);
+                        let tools = logged(&log, &[("step", Effect::LocalMutation)], &tag);
+                        let script =
+                            vec![call("step", r#"{"n":1}"#), Decision::Complete("1".into())];
+                        let (c, _) = consumers(script, tools);
+                        rt.drive_claimed(&run, c).await.unwrap()
+                    });
+                }
+                while let Some(done) = live.join_next().await {
+                    assert_eq!(done.unwrap().run.status, RunStatus::Completed);
+                }
+            }
+        }
+        other => panic!("unknown child mode {other}"),
+    }
+}
+
+/// Two processes racing to resume one run: one drives it, the other is
+/// refused; every step runs once, in one process.
+async fn two_processes_racing_for_one_run_never_both_drive_it(s: TestStore) {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("steps.log");
+    let rt = s.runtime().await;
+    let run = rt.submit("race", Limits::default(), "{}").await.unwrap();
+    let env = [
+        ("KEEL_CHILD_LOG", log.to_str().unwrap()),
+        ("KEEL_CHILD_RUN", run.id.as_str()),
+    ];
+    let (mut a, mut b) = (
+        spawn_child("race", &s, &env).spawn().unwrap(),
+        spawn_child("race", &s, &env).spawn().unwrap(),
+    );
+    let mut codes = vec![a.wait().unwrap().code(), b.wait().unwrap().code()];
+    codes.sort();
+    assert!(
+        codes == vec![Some(10), Some(11)] || codes == vec![Some(10), Some(12)],
+        "one drove the run to completion, the other was refused: {codes:?}"
+    );
+    let lines = lines_of(&log, "step");
+    let pids: std::collections::BTreeSet<&str> =
+        lines.iter().map(|l| l.split(' ').nth(1).unwrap()).collect();
+    assert_eq!(pids.len(), 1, "every step ran in one process: {lines:?}");
+    assert_eq!(lines.len(), 8, "each step ran once");
+}
+
+/// A child is killed right after each write point of a step, then the run
+/// is resumed here: no committed step is lost, every step ends done, a
+/// read-only or idempotent tool may run again, and a side effect waits
+/// for an operator instead of running twice.
+async fn a_crash_at_any_write_point_loses_nothing_and_repeats_no_side_effect(s: TestStore) {
+    let points = [
+        "step.started@1",
+        "step.decided@1",
+        "step.executing@1",
+        "tool.ran",
+        "step.done@1",
+        "step.executing@2",
+        "step.done@2",
+        "step.executing@3",
+        "step.done@3",
+        "step.started@4",
+    ];
+    let store = s.open().await;
+    for point in points {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("effects.log");
+        let known: std::collections::HashSet<String> = store
+            .list_runs(None, 1000)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|r| r.id)
+            .collect();
+        let status = spawn_child(
+            "crash",
+            &s,
+            &[
+                ("KEEL_CHILD_LOG", log.to_str().unwrap()),
+                ("KEEL_TEST_CRASH_AT", point),
+            ],
+        )
+        .status()
+        .unwrap();
+        assert!(!status.success(), "the child was killed at {point}");
+        let run = store
+            .list_runs(None, 1000)
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|r| !known.contains(&r.id))
+            .expect("the child created a run");
+        let before = store.steps(&run.id).await.unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(60)).await; // the lease expires
+        let rt = Runtime::on(store.clone()).with_lease_ttl_ms(50);
+        let tools = || logged(&log, &CRASH_TOOLS, "parent");
+        let (c, _) = consumers(crash_script(), tools());
+        let mut out = rt
+            .resume(&run.id, c)
+            .await
+            .unwrap_or_else(|e| panic!("{point}: {e}"));
+        if out.run.status == RunStatus::WaitingForApproval {
+            let a = out.pending.clone().unwrap();
+            assert_eq!(a.kind, ApprovalKind::InterruptedSideEffect, "{point}");
+            assert_eq!(a.call.tool, "write_a", "{point}");
+            rt.operator()
+                .deny(&a.id, "ops", Some("it already ran"))
+                .await
+                .unwrap();
+            let (c, _) = consumers(crash_script(), tools());
+            out = rt.resume(&run.id, c).await.unwrap();
+        }
+        assert_eq!(out.run.status, RunStatus::Completed, "{point}");
+        assert!(
+            lines_of(&log, "write_a").len() <= 1,
+            "{point}: write_a ran twice"
+        );
+        let after = store.steps(&run.id).await.unwrap();
+        assert!(
+            after.iter().all(|s| s.state == StepState::Done),
+            "{point}: {after:?}"
+        );
+        for st in before.iter().filter(|st| st.state == StepState::Done) {
+            assert_eq!(
+                Some(st),
+                after.get(st.index as usize),
+                "{point}: step {} changed",
+                st.index
+            );
+        }
+    }
+}
+
+/// Three processes claim from one pool of submitted runs: each run is
+/// driven by one process at a time, every run completes, and no step runs
+/// twice.
+async fn claimers_in_three_processes_drive_every_run_once(s: TestStore) {
+    let runs = if s.engine == Engine::Postgres {
+        300
+    } else {
+        90
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("claims.log");
+    let rt = s.runtime().await;
+    let mut ids = Vec::new();
+    for i in 0..runs {
+        ids.push(
+            rt.submit(&format!("pool {i}"), Limits::default(), "{}")
+                .await
+                .unwrap()
+                .id,
+        );
+    }
+    let env = [("KEEL_CHILD_LOG", log.to_str().unwrap())];
+    let mut children: Vec<_> = (0..3)
+        .map(|_| spawn_child("claim", &s, &env).spawn().unwrap())
+        .collect();
+    for c in &mut children {
+        assert!(c.wait().unwrap().success());
+    }
+    let lines = lines_of(&log, "step");
+    let mut per_run: std::collections::HashMap<&str, usize> = Default::default();
+    let mut pids = std::collections::HashSet::new();
+    for l in &lines {
+        let mut f = l.split(' ');
+        let (_, pid, run) = (f.next(), f.next().unwrap(), f.next().unwrap());
+        pids.insert(pid);
+        *per_run.entry(run).or_default() += 1;
+    }
+    assert_eq!(per_run.len(), runs, "every run's step ran");
+    assert!(per_run.values().all(|&n| n == 1), "no step ran twice");
+    for id in &ids {
+        assert_eq!(
+            rt.store().run(id).await.unwrap().status,
+            RunStatus::Completed
+        );
+    }
+    assert!(pids.len() >= 2, "the pool was shared: {pids:?}");
+}
