@@ -24,6 +24,7 @@ on_both_engines!(
     two_processes_racing_for_one_run_never_both_drive_it,
     a_crash_at_any_write_point_loses_nothing_and_repeats_no_side_effect,
     claimers_in_three_processes_drive_every_run_once,
+    a_follower_reading_by_number_misses_no_event_of_two_writers,
 );
 
 /// A run with every kind of step: an allowed call, a denied one, an
@@ -343,6 +344,92 @@ async fn cancel_from_another_process_stops_a_live_loop(s: TestStore) {
     let done = handle.await.unwrap().unwrap();
     assert_eq!(done.run.status, RunStatus::Cancelled);
     assert!(done.run.step_count < 50);
+}
+
+/// Events are numbered in commit order: a follower that reads "after the
+/// last number I saw" while two writers (as two processes would) commit at
+/// once sees every event exactly once.
+async fn a_follower_reading_by_number_misses_no_event_of_two_writers(s: TestStore) {
+    let writers = [s.open().await, s.open().await];
+    let follower = s.open().await;
+    let rt = Runtime::on(writers[0].clone());
+    let mut runs = Vec::new();
+    for i in 0..20 {
+        runs.push(
+            rt.submit(&format!("f{i}"), Limits::default(), "{}")
+                .await
+                .unwrap(),
+        );
+    }
+    let start = follower.count_events().await.unwrap();
+    let base = follower
+        .events_after(None, 0, 100_000)
+        .await
+        .unwrap()
+        .last()
+        .map_or(0, |e| e.seq);
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reading = {
+        let (follower, done) = (follower.clone(), done.clone());
+        tokio::spawn(async move {
+            let (mut seen, mut after) = (Vec::new(), base);
+            loop {
+                let last_round = done.load(std::sync::atomic::Ordering::SeqCst);
+                let batch = follower.events_after(None, after, 500).await.unwrap();
+                if let Some(e) = batch.last() {
+                    after = e.seq;
+                }
+                seen.extend(batch.into_iter().map(|e| e.seq));
+                if last_round {
+                    break seen;
+                }
+            }
+        })
+    };
+    let mut tasks = tokio::task::JoinSet::new();
+    for (i, run) in runs.into_iter().enumerate() {
+        let store = writers[i % 2].clone();
+        tasks.spawn(async move {
+            let mut next = run;
+            for k in 0..30 {
+                next.updated_at += 1;
+                let t = Transition {
+                    expect: Expect {
+                        status: RunStatus::Running,
+                        owner: None,
+                        pending_approval: None,
+                    },
+                    run: next.clone(),
+                    steps: vec![],
+                    approvals: vec![],
+                    events: vec![NewEvent::new(
+                        EventKind::LeaseTakenOver,
+                        None,
+                        serde_json::json!({ "k": k }),
+                    )],
+                    model_calls: vec![],
+                };
+                store.commit(t).await.unwrap();
+            }
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        r.unwrap();
+    }
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    let seen = reading.await.unwrap();
+    let all: Vec<i64> = follower
+        .events_after(None, base, 100_000)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.seq)
+        .collect();
+    assert_eq!(all.len(), 600);
+    assert_eq!(follower.count_events().await.unwrap() - start, 600);
+    let missed: Vec<_> = all.iter().filter(|n| !seen.contains(n)).collect();
+    assert!(missed.is_empty(), "the follower missed events {missed:?}");
+    assert_eq!(seen, all, "the follower saw every event once, in order");
 }
 
 /// This binary run again as a child: `mode` says what it does.

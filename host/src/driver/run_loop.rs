@@ -53,9 +53,13 @@ fn heartbeat(rt: &Runtime, run_id: &str, owner: &str) -> Heartbeat {
             let (r, o, now) = (run_id.clone(), owner.clone(), clock.now_ms());
             match store.heartbeat(&r, &o, now, ttl).await {
                 Ok(true) => {}
-                // Lost the lease or the store: the next transition's
-                // compare-and-set stops the loop.
-                _ => break,
+                // Lost the lease: the next transition's compare-and-set
+                // stops the loop.
+                Ok(false) => break,
+                // The store is out of reach for now (a database restart):
+                // beat again, so that the run keeps its lease if the store
+                // is back before the lease runs out.
+                Err(_) => {}
             }
         }
     }))

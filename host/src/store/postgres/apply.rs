@@ -83,12 +83,13 @@ const CURRENT: &str = "SELECT id, status, lease_owner FROM runs WHERE id = ANY($
 /// Should the transaction fail otherwise (a row the server refuses), it is
 /// rolled back and every write committed again in a transaction of its
 /// own, so that only the faulty one fails. A lost connection fails them
-/// all with [`StoreError::Unavailable`].
+/// all with [`StoreError::Unavailable`]. The caller has begun the first
+/// transaction (see [`begin`]).
 pub(super) async fn write_group(
     c: &Conn,
     ws: &[&Prepared],
 ) -> Result<Vec<Result<Written, StoreError>>, StoreError> {
-    match in_transaction(c, ws).await {
+    match finish(c, ws).await {
         Ok(out) => Ok(out),
         Err(e @ StoreError::Unavailable { .. }) => Err(e),
         Err(_) if ws.len() == 1 => in_transaction(c, ws).await,
@@ -107,11 +108,25 @@ pub(super) async fn write_group(
     }
 }
 
+/// Begins a transaction. Should it fail, the server has received nothing
+/// of the writes that were to follow: they may be sent on a new connection.
+pub(super) async fn begin(c: &Conn) -> Result<(), StoreError> {
+    c.batch("BEGIN").await
+}
+
 async fn in_transaction(
     c: &Conn,
     ws: &[&Prepared],
 ) -> Result<Vec<Result<Written, StoreError>>, StoreError> {
-    c.batch("BEGIN").await?;
+    begin(c).await?;
+    finish(c, ws).await
+}
+
+/// Applies `ws` in the begun transaction and commits it, or rolls it back.
+async fn finish(
+    c: &Conn,
+    ws: &[&Prepared],
+) -> Result<Vec<Result<Written, StoreError>>, StoreError> {
     match apply(c, ws).await {
         Ok(out) => {
             c.batch("COMMIT").await.map_err(|e| match e {

@@ -170,20 +170,18 @@ async fn writer(
                 Err(_) => break,
             }
         }
-        if conn.as_ref().is_none_or(Conn::is_closed) {
-            conn = match conn::connect(&cfg, &shown).await {
-                Ok(c) => Some(c),
-                Err(e) => {
-                    let detail = e.to_string();
-                    for Job(w, reply) in group.drain(..) {
-                        let err = StoreError::Unavailable {
-                            detail: detail.clone(),
-                        };
-                        let _ = reply.send((w, Err(err)));
-                    }
-                    continue;
-                }
+        if let Err(e) = begun(&mut conn, &cfg, &shown).await {
+            let detail = match e {
+                StoreError::Unavailable { detail } => detail,
+                e => e.to_string(),
             };
+            for Job(w, reply) in group.drain(..) {
+                let err = StoreError::Unavailable {
+                    detail: detail.clone(),
+                };
+                let _ = reply.send((w, Err(err)));
+            }
+            continue;
         }
         let Some(c) = conn.as_ref() else { continue };
         let ws: Vec<&Prepared> = group.iter().map(|Job(w, _)| &**w).collect();
@@ -208,6 +206,27 @@ async fn writer(
         let busy = u64::try_from(woke.elapsed().as_nanos()).unwrap_or(u64::MAX);
         counters.busy_ns.fetch_add(busy, Ordering::Relaxed);
     }
+}
+
+/// A connection with a transaction begun on it. A connection that died
+/// while idle (the server restarted, a proxy dropped it) fails at `BEGIN`,
+/// before anything of the group was sent: it is replaced once, so that a
+/// restart between two writes costs no run anything.
+async fn begun(
+    conn: &mut Option<Conn>,
+    cfg: &tokio_postgres::Config,
+    shown: &str,
+) -> Result<(), StoreError> {
+    if let Some(c) = conn.as_ref().filter(|c| !c.is_closed()) {
+        if apply::begin(c).await.is_ok() {
+            return Ok(());
+        }
+    }
+    *conn = None;
+    let c = conn::connect(cfg, shown).await?;
+    apply::begin(&c).await?;
+    *conn = Some(c);
+    Ok(())
 }
 
 /// The error every member of a failed group gets.
