@@ -3,6 +3,7 @@
 #   make quickstart   set up, build, and run the example with an approval
 #   make test         set up, build every plugin, run every test
 #   make e2e-model    the LLM example against a real model (not in test)
+#   make postgres     start the private PostgreSQL cluster, print its URL
 #
 # Plugins of every language land in target/plugins/. Rebuilds are
 # incremental: cargo for Rust, file dates for C, Python and JavaScript.
@@ -17,7 +18,7 @@ OTHER_OUT := $(OUT)/policy-rules-c.wasm \
              $(OUT)/policy-rules-py.wasm $(OUT)/agent-scripted-py.wasm \
              $(OUT)/policy-rules-js.wasm $(OUT)/agent-scripted-js.wasm
 
-.PHONY: help setup test-setup plugins rust-plugins test quickstart e2e-model check-bindings clean-plugins FORCE
+.PHONY: postgres help setup test-setup plugins rust-plugins test quickstart e2e-model check-bindings clean-plugins FORCE
 
 help:
 	@sed -n 's/^#   //p' Makefile
@@ -64,11 +65,16 @@ test: test-setup plugins check-bindings
 	node --test plugins/policy-rules/js plugins/agent-scripted/js
 	plugins/policy-rules/c/test.sh
 	scripts/bench-ab.sh --self-test
+	@# The second store engine: every engine test also runs on PostgreSQL.
+	scripts/postgres.sh start >/dev/null
 	KEEL_PLUGINS=$(CURDIR)/$(OUT) cargo test --workspace --exclude hostile-agent --exclude hostile-tool $(foreach p,$(RUST_PLUGINS),--exclude $(p)) --exclude xtask
 	cargo test -q -p keel-guest --all-features
 	cargo test -q -p keel-benches --benches --no-run
 	$(foreach p,$(RUST_PLUGINS),cargo test -q -p $(p) &&) true
 	cargo run -q -p keel-embed-example -- $(OUT)
+
+postgres:
+	@scripts/postgres.sh start
 
 quickstart: plugins
 	@cargo build -q -p keel
