@@ -346,7 +346,10 @@ async fn cancel_from_another_process_stops_a_live_loop(s: TestStore) {
     // The loop learns of it at its next status poll (every 0.5 s), or at
     // its next write's compare-and-set: well within the bound.
     let took = cancelled.elapsed();
-    eprintln!("{:?}: the live loop stopped {took:?} after the cancel", s.engine);
+    eprintln!(
+        "{:?}: the live loop stopped {took:?} after the cancel",
+        s.engine
+    );
     assert!(took < std::time::Duration::from_secs(5), "{took:?}");
     assert_eq!(done.run.status, RunStatus::Cancelled);
     assert!(done.run.step_count < 50);

@@ -1,22 +1,35 @@
 //! The loop with native consumers: step states, verdicts, approvals,
-//! limits, cancel and leases.
+//! limits, cancel and leases. Every test runs on both store engines, from
+//! one test code: `sqlite::NAME` and `postgres::NAME`.
 
 mod common;
 
+use common::engine::{event_kinds, TestStore};
 use common::*;
+use keel::driver::operator::{decision_transition, take_lease_in};
+use keel::store::RunStore;
 use keel::*;
 use std::sync::{Arc, Mutex};
 
-fn tmpdb() -> (tempfile::TempDir, std::path::PathBuf) {
-    let dir = tempfile::tempdir().unwrap();
-    let p = dir.path().join("keel.db");
-    (dir, p)
-}
+on_both_engines!(
+    a_run_of_calls_completes_with_every_transition_stored,
+    invalid_decisions_become_observations_and_count_as_failures,
+    deny_is_an_observation_and_abort_ends_the_run,
+    approval_pauses_then_approve_and_resume_runs_exactly_the_recorded_call,
+    two_operators_deciding_one_approval_at_once_cannot_both_succeed,
+    denial_is_final_and_visible_and_a_tampered_approval_is_refused,
+    an_expired_approval_is_recorded_and_the_agent_goes_on,
+    limits_end_runs_with_their_reason,
+    a_tool_that_panics_or_errs_becomes_a_tool_error,
+    cancel_from_another_connection_stops_the_live_loop_at_its_next_write,
+    a_held_lease_refuses_a_second_driver_and_an_expired_one_is_taken_over,
+    the_wall_clock_deadline_ends_a_run_even_inside_a_slow_tool,
+    the_journal_lists_every_event_in_the_order_it_happened,
+    an_observer_sees_each_event_once_in_order_and_only_after_its_commit,
+);
 
-#[tokio::test]
-async fn a_run_of_calls_completes_with_every_transition_stored() {
-    let (_d, db) = tmpdb();
-    let rt = runtime(&db);
+async fn a_run_of_calls_completes_with_every_transition_stored(s: TestStore) {
+    let rt = s.runtime().await;
     let n = Arc::new(Mutex::new(0));
     let (c, rig) = consumers(
         vec![
@@ -30,36 +43,28 @@ async fn a_run_of_calls_completes_with_every_transition_stored() {
     assert_eq!(out.run.status, RunStatus::Completed);
     assert_eq!(out.run.result.as_deref(), Some(r#"{"ok":true}"#));
     assert_eq!(*n.lock().unwrap(), 2);
-    let store = Store::open_read_only(&db).unwrap();
-    let steps = store.load_steps(&out.run.id).unwrap();
+    let store = s.reader().await;
+    let steps = store.steps(&out.run.id).await.unwrap();
     assert_eq!(steps.len(), 3);
     assert!(steps.iter().all(|s| s.state == StepState::Done));
     // Arguments are stored canonically after validation, verbatim in the decision.
     assert_eq!(steps[1].call.as_ref().unwrap().arguments, r#"{"n":2}"#);
     assert_eq!(steps[1].decision, Some(call("echo", r#"{ "n" : 2 }"#)));
     assert_eq!(steps[0].version, 4, "started, decided, executing, done");
-    let k = kinds(&store, &out.run.id);
+    let k = event_kinds(&*store, &out.run.id).await;
     assert_eq!(k.first().map(String::as_str), Some("run.started"));
     assert_eq!(k.last().map(String::as_str), Some("run.completed"));
     assert_eq!(k.iter().filter(|k| *k == "step.executing").count(), 2);
     // The agent saw the earlier steps, never the current one.
-    let seen = rig.agent_seen.lock().unwrap();
-    assert_eq!(seen.len(), 3);
+    assert_eq!(rig.agent_seen.lock().unwrap().len(), 3);
     assert!(
-        store
-            .get_run(&out.run.id)
-            .unwrap()
-            .unwrap()
-            .lease_owner
-            .is_none(),
+        store.run(&out.run.id).await.unwrap().lease_owner.is_none(),
         "lease released"
     );
 }
 
-#[tokio::test]
-async fn invalid_decisions_become_observations_and_count_as_failures() {
-    let (_d, db) = tmpdb();
-    let rt = runtime(&db);
+async fn invalid_decisions_become_observations_and_count_as_failures(s: TestStore) {
+    let rt = s.runtime().await;
     let n = Arc::new(Mutex::new(0));
     let (c, _) = consumers(
         vec![
@@ -82,8 +87,7 @@ async fn invalid_decisions_become_observations_and_count_as_failures() {
         Some("limit_consecutive_failures")
     );
     assert_eq!(*n.lock().unwrap(), 0, "no invalid call ran");
-    let store = Store::open_read_only(&db).unwrap();
-    let steps = store.load_steps(&out.run.id).unwrap();
+    let steps = s.reader().await.steps(&out.run.id).await.unwrap();
     let errs: Vec<String> = steps
         .iter()
         .map(|s| s.observation.as_ref().unwrap().content.clone())
@@ -100,10 +104,8 @@ async fn invalid_decisions_become_observations_and_count_as_failures() {
     assert_eq!(steps[1].decision, Some(call("echo", "[1,")));
 }
 
-#[tokio::test]
-async fn deny_is_an_observation_and_abort_ends_the_run() {
-    let (_d, db) = tmpdb();
-    let rt = runtime(&db);
+async fn deny_is_an_observation_and_abort_ends_the_run(s: TestStore) {
+    let rt = s.runtime().await;
     let n = Arc::new(Mutex::new(0));
     let (c, rig) = consumers(
         vec![call("deny_me", "{}"), call("abort_me", "{}")],
@@ -116,18 +118,20 @@ async fn deny_is_an_observation_and_abort_ends_the_run() {
     assert_eq!(out.run.status, RunStatus::Failed);
     assert_eq!(out.run.reason.map(|r| r.as_str()), Some("policy_abort"));
     assert_eq!(*n.lock().unwrap(), 0);
-    let seen = rig.agent_seen.lock().unwrap();
+    let seen = rig.agent_seen.lock().unwrap().clone();
     assert!(
         seen[1].contains("denied") && seen[1].contains("not this one"),
         "the agent saw the denial: {}",
         seen[1]
     );
+    // The run as stored says so too.
+    let stored = s.reader().await.run(&out.run.id).await.unwrap();
+    assert_eq!(stored.status, RunStatus::Failed);
+    assert_eq!(stored.reason.map(|r| r.as_str()), Some("policy_abort"));
 }
 
-#[tokio::test]
-async fn approval_pauses_then_approve_and_resume_runs_exactly_the_recorded_call() {
-    let (_d, db) = tmpdb();
-    let rt = runtime(&db);
+async fn approval_pauses_then_approve_and_resume_runs_exactly_the_recorded_call(s: TestStore) {
+    let rt = s.runtime().await;
     let n = Arc::new(Mutex::new(0));
     let script = vec![
         call("ask_write", r#"{"n":7}"#),
@@ -150,14 +154,15 @@ async fn approval_pauses_then_approve_and_resume_runs_exactly_the_recorded_call(
     );
     let again = rt.resume(&out.run.id, c).await.unwrap();
     assert_eq!(again.run.status, RunStatus::WaitingForApproval);
+    assert_eq!(*n.lock().unwrap(), 0);
 
-    // Approve from another connection, as `keel approve` does.
-    let mut op = Store::open(&db, keel::Sync::Full).unwrap();
-    op.decide_approval(&a.id, true, "alice", Some("fine"), 1)
-        .unwrap();
+    // Approve from another handle on the store, as `keel approve` does.
+    let op = s.runtime().await.operator();
+    op.approve(&a.id, "alice", Some("fine")).await.unwrap();
+    let twice = op.approve(&a.id, "alice", None).await;
     assert!(
-        op.decide_approval(&a.id, true, "alice", None, 2).is_err(),
-        "approving twice is refused"
+        matches!(twice, Err(StoreError::Refused(_))),
+        "approving twice is refused: {twice:?}"
     );
 
     let (c, _) = consumers(
@@ -167,18 +172,17 @@ async fn approval_pauses_then_approve_and_resume_runs_exactly_the_recorded_call(
     let done = rt.resume(&out.run.id, c).await.unwrap();
     assert_eq!(done.run.status, RunStatus::Completed);
     assert_eq!(*n.lock().unwrap(), 1, "the approved call ran once");
-    let steps = op.load_steps(&out.run.id).unwrap();
+    let steps = op.show(&out.run.id).await.unwrap().steps;
     assert_eq!(
         steps[0].observation.as_ref().unwrap().content,
         r#"{"echo":{"n":7}}"#
     );
 }
 
-#[tokio::test]
-async fn two_operators_deciding_one_approval_at_once_cannot_both_succeed() {
-    use keel::driver::operator::decision_transition;
-    let (_d, db) = tmpdb();
-    let rt = runtime(&db);
+/// Both operators read the same pending approval, then both write (one
+/// after the other here; `engines.rs` races them from two handles).
+async fn two_operators_deciding_one_approval_at_once_cannot_both_succeed(s: TestStore) {
+    let rt = s.runtime().await;
     let n = Arc::new(Mutex::new(0));
     let (c, _) = consumers(
         vec![call("ask_write", r#"{"n":7}"#)],
@@ -186,30 +190,28 @@ async fn two_operators_deciding_one_approval_at_once_cannot_both_succeed() {
     );
     let out = rt.start("x", Limits::default(), "{}", c).await.unwrap();
     let a = out.pending.expect("a pending approval");
-    // Both read the same pending approval, then both write.
-    let mut op = Store::open(&db, keel::Sync::Full).unwrap();
-    let run = op.run(&out.run.id).unwrap();
+    let op = s.open().await;
+    let run = op.run(&out.run.id).await.unwrap();
     let approve = decision_transition(&run, &a, true, "alice", None, 1).unwrap();
     let deny = decision_transition(&run, &a, false, "bob", None, 1).unwrap();
-    op.commit(approve).unwrap();
+    op.commit(approve).await.unwrap();
     assert!(
-        matches!(op.commit(deny), Err(StoreError::Conflict { .. })),
+        matches!(op.commit(deny).await, Err(StoreError::Conflict { .. })),
         "the second decision is refused by the compare-and-set"
     );
-    let stored = op.approval(&a.id).unwrap();
+    let stored = op.approval(&a.id).await.unwrap();
     assert_eq!(stored.status, ApprovalStatus::Approved);
     assert_eq!(stored.decided_by.as_deref(), Some("alice"));
-    let decided = common::kinds(&op, &out.run.id)
+    let decided = event_kinds(&*op, &out.run.id)
+        .await
         .iter()
         .filter(|k| k.starts_with("approval.approved") || k.starts_with("approval.denied"))
         .count();
     assert_eq!(decided, 1, "one decision journaled");
 }
 
-#[tokio::test]
-async fn denial_is_final_and_visible_and_a_tampered_approval_is_refused() {
-    let (_d, db) = tmpdb();
-    let rt = runtime(&db);
+async fn denial_is_final_and_visible_and_a_tampered_approval_is_refused(s: TestStore) {
+    let rt = s.runtime().await;
     let n = Arc::new(Mutex::new(0));
     let script = vec![
         call("ask_a", r#"{"n":1}"#),
@@ -220,9 +222,8 @@ async fn denial_is_final_and_visible_and_a_tampered_approval_is_refused() {
     let (c, _) = consumers(script.clone(), tools());
     let out = rt.start("x", Limits::default(), "{}", c).await.unwrap();
     let a = out.pending.unwrap();
-    let mut op = Store::open(&db, keel::Sync::Full).unwrap();
-    op.decide_approval(&a.id, false, "bob", Some("no way"), 1)
-        .unwrap();
+    let op = s.runtime().await.operator();
+    op.deny(&a.id, "bob", Some("no way")).await.unwrap();
     let (c, rig) = consumers(script.clone(), tools());
     let second = rt.resume(&out.run.id, c).await.unwrap();
     assert_eq!(
@@ -235,28 +236,25 @@ async fn denial_is_final_and_visible_and_a_tampered_approval_is_refused() {
 
     // Tamper with the second approval's arguments, then approve it.
     let b = second.pending.unwrap();
-    op.connection()
-        .execute(
-            "UPDATE approvals SET arguments='{\"n\":999}' WHERE id=?1",
-            [&b.id],
-        )
-        .unwrap();
-    op.decide_approval(&b.id, true, "eve", None, 2).unwrap();
+    s.exec(&format!(
+        "UPDATE approvals SET arguments='{{\"n\":999}}' WHERE id='{}'",
+        b.id
+    ))
+    .await;
+    op.approve(&b.id, "eve", None).await.unwrap();
     let (c, _) = consumers(script, tools());
     let err = rt.resume(&out.run.id, c).await.unwrap_err();
     assert!(matches!(err, DriverError::Tampered { .. }), "{err}");
     assert_eq!(*n.lock().unwrap(), 0, "nothing ran");
     assert_eq!(
-        op.run(&out.run.id).unwrap().status,
+        op.run(&out.run.id).await.unwrap().status,
         RunStatus::WaitingForApproval
     );
 }
 
-#[tokio::test]
-async fn an_expired_approval_is_recorded_and_the_agent_goes_on() {
-    let (_d, db) = tmpdb();
+async fn an_expired_approval_is_recorded_and_the_agent_goes_on(s: TestStore) {
     let clock = Arc::new(keel::driver::StepClock::new(1_000, 1));
-    let rt = runtime(&db).with_clock(clock.clone());
+    let rt = s.runtime().await.with_clock(clock.clone());
     let n = Arc::new(Mutex::new(0));
     let script = vec![call("ask_a", "{}"), Decision::Complete("0".into())];
     let limits = Limits {
@@ -272,11 +270,12 @@ async fn an_expired_approval_is_recorded_and_the_agent_goes_on() {
     for _ in 0..10 {
         keel::driver::Clock::now_ms(clock.as_ref());
     }
-    let mut op = Store::open(&db, keel::Sync::Full).unwrap();
+    // An operator on another handle, on the same (advanced) clock.
+    let op = s.runtime().await.with_clock(clock.clone()).operator();
+    let late = op.approve(&a.id, "late", None).await;
     assert!(
-        op.decide_approval(&a.id, true, "late", None, 10_000)
-            .is_err(),
-        "an expired approval cannot be approved"
+        matches!(&late, Err(StoreError::Refused(m)) if m.contains("expired")),
+        "an expired approval cannot be approved: {late:?}"
     );
     let (c, _) = consumers(
         script,
@@ -284,15 +283,19 @@ async fn an_expired_approval_is_recorded_and_the_agent_goes_on() {
     );
     let done = rt.resume(&out.run.id, c).await.unwrap();
     assert_eq!(done.run.status, RunStatus::Completed);
-    assert_eq!(op.approval(&a.id).unwrap().status, ApprovalStatus::Expired);
-    assert!(kinds(&op, &out.run.id).contains(&"approval.expired".to_string()));
+    let store = s.reader().await;
+    assert_eq!(
+        store.approval(&a.id).await.unwrap().status,
+        ApprovalStatus::Expired
+    );
+    assert!(event_kinds(&*store, &out.run.id)
+        .await
+        .contains(&"approval.expired".to_string()));
     assert_eq!(*n.lock().unwrap(), 0);
 }
 
-#[tokio::test]
-async fn limits_end_runs_with_their_reason() {
-    let (_d, db) = tmpdb();
-    let rt = runtime(&db);
+async fn limits_end_runs_with_their_reason(s: TestStore) {
+    let rt = s.runtime().await;
     let n = Arc::new(Mutex::new(0));
     let many: Vec<Decision> = (0..10)
         .map(|i| call("echo", &format!(r#"{{"n":{i}}}"#)))
@@ -315,6 +318,11 @@ async fn limits_end_runs_with_their_reason() {
         .unwrap();
     assert_eq!(out.run.reason.map(|r| r.as_str()), Some("limit_steps"));
     assert_eq!(out.run.step_count, 3);
+    assert_eq!(
+        s.reader().await.steps(&out.run.id).await.unwrap().len(),
+        3,
+        "no step stored past the limit"
+    );
 
     let same: Vec<Decision> = (0..10).map(|_| call("echo", r#"{"n":1}"#)).collect();
     let (c, _) = consumers(
@@ -340,10 +348,8 @@ async fn limits_end_runs_with_their_reason() {
     assert_eq!(out.run.step_count, 3);
 }
 
-#[tokio::test]
-async fn a_tool_that_panics_or_errs_becomes_a_tool_error() {
-    let (_d, db) = tmpdb();
-    let rt = runtime(&db);
+async fn a_tool_that_panics_or_errs_becomes_a_tool_error(s: TestStore) {
+    let rt = s.runtime().await;
     let boom: Arc<dyn ToolProvider> = Arc::new(FnTool::new(spec("boom", Effect::ReadOnly), |_| {
         panic!("kaboom")
     }));
@@ -360,42 +366,40 @@ async fn a_tool_that_panics_or_errs_becomes_a_tool_error() {
     );
     let out = rt.start("x", Limits::default(), "{}", c).await.unwrap();
     assert_eq!(out.run.status, RunStatus::Completed);
-    let store = Store::open_read_only(&db).unwrap();
-    let steps = store.load_steps(&out.run.id).unwrap();
+    let steps = s.reader().await.steps(&out.run.id).await.unwrap();
     let o0 = steps[0].observation.clone().unwrap();
     assert_eq!(o0.kind, ObservationKind::ToolError);
     assert!(o0.content.contains("kaboom"), "{}", o0.content);
-    assert!(steps[1]
-        .observation
-        .as_ref()
-        .unwrap()
-        .content
-        .contains("no disk"));
+    let o1 = steps[1].observation.clone().unwrap();
+    assert_eq!(o1.kind, ObservationKind::ToolError);
+    assert!(o1.content.contains("no disk"), "{}", o1.content);
 }
 
-#[tokio::test]
-async fn cancel_from_another_connection_stops_the_live_loop_at_its_next_write() {
-    let (_d, db) = tmpdb();
-    let rt = runtime(&db);
-    let db2 = db.clone();
-    let gate = Arc::new(tokio::sync::Notify::new());
-    let (g2, run_id) = (gate.clone(), Arc::new(Mutex::new(String::new())));
-    let rid = run_id.clone();
-    // The tool cancels its own run from a second connection, as an operator
-    // in another process would, while the loop waits for it.
-    let canceller: Arc<dyn ToolProvider> =
-        Arc::new(FnTool::new(spec("slow", Effect::ReadOnly), move |_| {
-            let id = rid.lock().unwrap().clone();
-            let mut op = Store::open(&db2, keel::Sync::Full).map_err(|e| e.to_string())?;
-            let id = if id.is_empty() {
-                op.list_runs(None, 1).unwrap()[0].id.clone()
-            } else {
-                id
-            };
-            op.cancel(&id, "operator", 5).map_err(|e| e.to_string())?;
-            g2.notify_one();
-            Ok(serde_json::json!({}))
-        }));
+/// A tool that cancels its own run through another handle on the store
+/// (as an operator in another process would) while the loop awaits it.
+struct Canceller {
+    other: Arc<dyn RunStore>,
+}
+
+#[async_trait::async_trait]
+impl ToolProvider for Canceller {
+    fn specs(&self) -> Vec<ToolSpec> {
+        vec![spec("slow", Effect::ReadOnly)]
+    }
+    async fn call(&self, _: &str, _: &str) -> Result<String, ToolError> {
+        let op = keel::driver::Operator::writing(self.other.clone());
+        let err = |e: StoreError| ToolError::new(e.to_string());
+        let run = op.runs(None, 1).await.map_err(err)?.remove(0);
+        op.cancel(&run.id, "operator").await.map_err(err)?;
+        Ok("{}".into())
+    }
+}
+
+async fn cancel_from_another_connection_stops_the_live_loop_at_its_next_write(s: TestStore) {
+    let rt = s.runtime().await;
+    let canceller: Arc<dyn ToolProvider> = Arc::new(Canceller {
+        other: s.open().await,
+    });
     let (c, _) = consumers(
         vec![
             call("slow", "{}"),
@@ -410,41 +414,101 @@ async fn cancel_from_another_connection_stops_the_live_loop_at_its_next_write() 
         out.run.reason.map(|r| r.as_str()),
         Some("operator_cancelled")
     );
-    let store = Store::open_read_only(&db).unwrap();
     assert_eq!(out.run.step_count, 1, "no step after the cancel");
-    assert!(kinds(&store, &out.run.id).contains(&"run.cancelled".to_string()));
-    let mut op = Store::open(&db, keel::Sync::Full).unwrap();
+    let store = s.reader().await;
+    assert_eq!(
+        store.run(&out.run.id).await.unwrap().status,
+        RunStatus::Cancelled
+    );
+    assert!(event_kinds(&*store, &out.run.id)
+        .await
+        .contains(&"run.cancelled".to_string()));
+    let again = s
+        .runtime()
+        .await
+        .operator()
+        .cancel(&out.run.id, "again")
+        .await;
     assert!(
-        matches!(
-            op.cancel(&out.run.id, "again", 9),
-            Err(StoreError::Refused(_))
-        ),
-        "cancelling a terminal run is refused"
+        matches!(again, Err(StoreError::Refused(_))),
+        "cancelling a terminal run is refused: {again:?}"
     );
 }
 
-#[tokio::test]
-async fn a_held_lease_refuses_a_second_driver_and_an_expired_one_is_taken_over() {
-    let (_d, db) = tmpdb();
-    let mut s = Store::open(&db, keel::Sync::Full).unwrap();
+async fn a_held_lease_refuses_a_second_driver_and_an_expired_one_is_taken_over(s: TestStore) {
+    let store = s.open().await;
     let run = {
         let mut r = Run::new("r1", "g", Limits::default(), 0);
         r.lease_owner = Some("a".into());
         r.lease_expires = Some(1_000);
         r
     };
-    s.create_run(&run, vec![]).unwrap();
-    assert!(matches!(
-        s.acquire_lease("r1", "b", 500, 100),
-        Err(StoreError::Leased { .. })
-    ));
-    let taken = s.acquire_lease("r1", "b", 2_000, 100).unwrap();
-    assert_eq!(taken.lease_owner.as_deref(), Some("b"));
-    assert!(kinds(&s, "r1").contains(&"lease.taken_over".to_string()));
+    store.create_run(run, vec![], vec![]).await.unwrap();
+    let refused = take_lease_in(&*store, "r1", "b", 500, 100, None).await;
     assert!(
-        !s.heartbeat("r1", "a", 2_001, 100).unwrap(),
+        matches!(refused, Err(StoreError::Leased { .. })),
+        "{refused:?}"
+    );
+    let taken = take_lease_in(&*store, "r1", "b", 2_000, 100, None)
+        .await
+        .unwrap();
+    assert_eq!(taken.lease_owner.as_deref(), Some("b"));
+    assert_eq!(
+        store.run("r1").await.unwrap().lease_owner.as_deref(),
+        Some("b")
+    );
+    assert!(event_kinds(&*store, "r1")
+        .await
+        .contains(&"lease.taken_over".to_string()));
+    assert!(
+        !store.heartbeat("r1", "a", 2_001, 100).await.unwrap(),
         "the old owner lost it"
     );
+    assert!(
+        store.heartbeat("r1", "b", 2_001, 100).await.unwrap(),
+        "the new owner holds it"
+    );
+
+    // A loop refuses a run whose lease another owner holds, until an
+    // operator says that owner is gone.
+    let rt = s.runtime().await;
+    let run = rt.submit("held", Limits::default(), "{}").await.unwrap();
+    let now = keel::driver::Clock::now_ms(&keel::driver::SystemClock);
+    take_lease_in(&*store, &run.id, "a", now, 3_600_000, None)
+        .await
+        .unwrap();
+    let n = Arc::new(Mutex::new(0));
+    let script = || {
+        let (c, _) = consumers(
+            vec![call("echo", "{}"), Decision::Complete("1".into())],
+            vec![counting_tool("echo", Effect::ReadOnly, n.clone())],
+        );
+        c
+    };
+    let second = rt.resume(&run.id, script()).await;
+    assert!(
+        matches!(second, Err(DriverError::Store(StoreError::Leased { .. }))),
+        "{second:?}"
+    );
+    assert_eq!(*n.lock().unwrap(), 0, "the second driver ran nothing");
+    let done = rt
+        .resume_taking_over(&run.id, script(), "ops")
+        .await
+        .unwrap();
+    assert_eq!(done.run.status, RunStatus::Completed);
+    assert_eq!(*n.lock().unwrap(), 1);
+    let taken: Vec<serde_json::Value> = store
+        .events_after(Some(&run.id), 0, 1000)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.kind == "lease.taken_over")
+        .map(|e| serde_json::from_str(&e.data).unwrap())
+        .collect();
+    assert_eq!(taken.len(), 1, "{taken:?}");
+    assert_eq!(taken[0]["why"], "operator");
+    assert_eq!(taken[0]["by"], "ops");
+    assert_eq!(taken[0]["from"], "a");
 }
 
 /// A tool whose call never returns by itself: it awaits an hour.
@@ -461,10 +525,8 @@ impl ToolProvider for HangingTool {
     }
 }
 
-#[tokio::test]
-async fn the_wall_clock_deadline_ends_a_run_even_inside_a_slow_tool() {
-    let (_d, db) = tmpdb();
-    let rt = runtime(&db);
+async fn the_wall_clock_deadline_ends_a_run_even_inside_a_slow_tool(s: TestStore) {
+    let rt = s.runtime().await;
     let (c, _) = consumers(vec![call("hang", "{}")], vec![Arc::new(HangingTool)]);
     let limits = Limits {
         deadline_ms: Some(300),
@@ -485,8 +547,7 @@ async fn the_wall_clock_deadline_ends_a_run_even_inside_a_slow_tool() {
         "{:?}",
         out.run.result
     );
-    let store = Store::open_read_only(&db).unwrap();
-    let steps = store.load_steps(&out.run.id).unwrap();
+    let steps = s.reader().await.steps(&out.run.id).await.unwrap();
     let obs = steps[0].observation.as_ref().unwrap();
     assert_eq!(obs.kind, ObservationKind::ToolError);
     assert!(
@@ -496,6 +557,7 @@ async fn the_wall_clock_deadline_ends_a_run_even_inside_a_slow_tool() {
     );
 }
 
+/// Not about a store: a plain test, run once.
 #[test]
 fn every_run_has_a_finite_wall_clock_bound_by_default() {
     assert_eq!(
@@ -548,10 +610,8 @@ impl<T: Policy> Policy for Logging<T> {
 /// Writes carry several events (a step's end and the next one's start; a
 /// decision and its verdict), and the journal still lists every event in
 /// the order it happened, plugin log lines included.
-#[tokio::test]
-async fn the_journal_lists_every_event_in_the_order_it_happened() {
-    let (_d, db) = tmpdb();
-    let rt = runtime(&db);
+async fn the_journal_lists_every_event_in_the_order_it_happened(s: TestStore) {
+    let rt = s.runtime().await;
     let sink = Arc::new(keel::consumer::EventSink::default());
     let seen = Arc::new(Mutex::new(vec![]));
     let mut tools = ToolSet::new();
@@ -595,11 +655,14 @@ async fn the_journal_lists_every_event_in_the_order_it_happened() {
     );
     let out = rt.start("order", Limits::default(), "{}", c).await.unwrap();
     assert_eq!(out.run.status, RunStatus::Completed);
-    let store = Store::open_read_only(&db).unwrap();
-    let events: Vec<String> = store
+    let journal = s
+        .reader()
+        .await
         .events_after(Some(&out.run.id), 0, 1000)
-        .unwrap()
-        .into_iter()
+        .await
+        .unwrap();
+    let events: Vec<String> = journal
+        .iter()
         .map(|e| match e.kind.as_str() {
             "plugin.log" => format!(
                 "log {}",
@@ -636,38 +699,71 @@ async fn the_journal_lists_every_event_in_the_order_it_happened() {
     ];
     assert_eq!(events, expected);
     // Every event number is larger than the one before.
-    let seqs: Vec<i64> = store
-        .events_after(Some(&out.run.id), 0, 1000)
-        .unwrap()
-        .iter()
-        .map(|e| e.seq)
-        .collect();
+    let seqs: Vec<i64> = journal.iter().map(|e| e.seq).collect();
     assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
 }
 
-#[tokio::test]
-async fn an_observer_sees_each_event_once_in_order_and_only_after_its_commit() {
-    let (_d, db) = tmpdb();
+/// Looks events up through a reader of its own, on a thread and runtime
+/// of its own: the observer (a plain callback on the loop's thread) can
+/// wait for an answer without needing the loop's runtime to make progress.
+fn event_lookup(
+    s: &TestStore,
+) -> impl Fn(&keel::store::Event) -> Option<(i64, String)> + Send + std::marker::Sync + 'static {
+    let loc = s.loc();
+    let (ask, asked) = tokio::sync::mpsc::unbounded_channel::<(String, i64)>();
+    let (tell, told) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let mut asked = asked;
+            let mut reader = None;
+            while let Some((run_id, seq)) = asked.recv().await {
+                // Opened at the first event: the store exists by then.
+                if reader.is_none() {
+                    reader = Some(keel::store::open_reader(&loc).await.unwrap());
+                }
+                let reader = reader.as_ref().unwrap();
+                let found = reader
+                    .events_after(Some(&run_id), seq - 1, 1)
+                    .await
+                    .unwrap()
+                    .first()
+                    .map(|f| (f.seq, f.kind.clone()));
+                if tell.send(found).is_err() {
+                    break;
+                }
+            }
+        })
+    });
+    let told = Mutex::new(told);
+    move |e: &keel::store::Event| {
+        let told = told.lock().unwrap();
+        ask.send((e.run_id.clone(), e.seq)).unwrap();
+        told.recv_timeout(std::time::Duration::from_secs(30))
+            .expect("the lookup answers")
+    }
+}
+
+async fn an_observer_sees_each_event_once_in_order_and_only_after_its_commit(s: TestStore) {
     let seen = Arc::new(Mutex::new(Vec::<i64>::new()));
-    let (s2, db2) = (seen.clone(), db.clone());
-    let reader = Arc::new(Mutex::new(None::<Store>));
-    // Looks each event up from another connection: found only if the
+    let s2 = seen.clone();
+    // Looks each event up from another handle: found only if the
     // transition that carries it has committed.
-    let rt = runtime(&db).with_observer(Arc::new(move |e: &keel::store::Event| {
-        let mut r = reader.lock().unwrap();
-        let store = r.get_or_insert_with(|| Store::open_read_only(&db2).unwrap());
-        let found = store
-            .events_after(Some(&e.run_id), e.seq - 1, 1)
-            .unwrap()
-            .first()
-            .map(|f| (f.seq, f.kind.clone()));
-        assert_eq!(
-            found,
-            Some((e.seq, e.kind.clone())),
-            "notified before its commit"
-        );
-        s2.lock().unwrap().push(e.seq);
-    }));
+    let lookup = event_lookup(&s);
+    let rt = s
+        .runtime()
+        .await
+        .with_observer(Arc::new(move |e: &keel::store::Event| {
+            assert_eq!(
+                lookup(e),
+                Some((e.seq, e.kind.clone())),
+                "notified before its commit"
+            );
+            s2.lock().unwrap().push(e.seq);
+        }));
     let n = Arc::new(Mutex::new(0));
     let (c, _) = consumers(
         vec![
@@ -682,12 +778,15 @@ async fn an_observer_sees_each_event_once_in_order_and_only_after_its_commit() {
     );
     let out = rt.start("x", Limits::default(), "{}", c).await.unwrap();
     assert_eq!(out.run.status, RunStatus::WaitingForApproval);
-    let store = Store::open_read_only(&db).unwrap();
-    let all: Vec<i64> = store
+    let all: Vec<i64> = s
+        .reader()
+        .await
         .events_after(Some(&out.run.id), 0, 1000)
+        .await
         .unwrap()
         .iter()
         .map(|e| e.seq)
         .collect();
+    assert!(!all.is_empty());
     assert_eq!(*seen.lock().unwrap(), all, "every event once, in order");
 }

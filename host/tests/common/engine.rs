@@ -3,7 +3,7 @@
 //! that `scripts/postgres.sh start` runs (started here if it is not; a
 //! cluster that cannot start fails the test, it never skips).
 
-use keel::store::{Location, OpenOptions, RunStore};
+use keel::store::{Location, OpenOptions, RunReader, RunStore};
 use keel::*;
 use std::sync::{Arc, OnceLock};
 
@@ -57,6 +57,13 @@ pub fn pg_url() -> &'static str {
                         .unwrap();
                     for r in old {
                         let name: String = r.get(0);
+                        // Named keel_t_PID_…: only a gone process's are dropped,
+                        // so test binaries run at once leave each other alone.
+                        let pid = name.split('_').nth(2).and_then(|p| p.parse::<u32>().ok());
+                        if pid.is_some_and(|p| std::path::Path::new(&format!("/proc/{p}")).exists())
+                        {
+                            continue;
+                        }
                         let _ = c
                             .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
                             .await;
@@ -116,7 +123,7 @@ impl TestStore {
                 let base = pg_url();
                 let mut bytes = [0u8; 8];
                 getrandom::fill(&mut bytes).unwrap();
-                let name = format!("keel_t_{}", hex::encode(bytes));
+                let name = format!("keel_t_{}_{}", std::process::id(), hex::encode(bytes));
                 let c = pg_client(base).await;
                 c.batch_execute(&format!("CREATE DATABASE {name}"))
                     .await
@@ -151,6 +158,11 @@ impl TestStore {
         keel::store::open(&self.loc(), OpenOptions::default())
             .await
             .unwrap()
+    }
+
+    /// A new read-only handle on the store (never creates nor writes).
+    pub async fn reader(&self) -> Arc<dyn RunReader> {
+        keel::store::open_reader(&self.loc()).await.unwrap()
     }
 
     /// A runtime on a new handle.
@@ -188,6 +200,17 @@ impl TestStore {
                 .get(0),
         }
     }
+}
+
+/// The kinds of a run's events, in journal order.
+pub async fn event_kinds<R: RunReader + ?Sized>(store: &R, run_id: &str) -> Vec<String> {
+    store
+        .events_after(Some(run_id), 0, 10_000)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.kind)
+        .collect()
 }
 
 /// Instantiates each generic test `fn name(store: TestStore)` once per
