@@ -1,18 +1,32 @@
-//! Group commit: many runs' writes share one SQLite transaction, yet each
-//! keeps its own compare-and-set and fails alone.
+//! Group commit: many runs' writes share one transaction, yet each keeps
+//! its own compare-and-set and fails alone. What a group's outcome must be
+//! runs on both store engines, from one test code (`sqlite::NAME` and
+//! `postgres::NAME`); how SQLite's writer thread forms groups is tested on
+//! SQLite alone.
 
 mod common;
 
+use common::engine::{event_kinds, TestStore};
 use common::*;
-use keel::store::{Expect, NewEvent, Transition, Write};
+use keel::store::{Committed, Expect, NewEvent, RunStore, Transition, Write};
 use keel::*;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::Poll;
+use std::time::Duration;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_runs_share_commits_and_every_run_is_complete() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("keel.db");
-    let (rt, handle) = common::runtime_and_handle(&db);
+on_both_engines!(
+    concurrent_runs_share_commits_and_every_run_is_complete,
+    a_failed_member_of_a_group_rolls_back_alone,
+    a_write_failing_part_way_fails_alone_and_the_rest_of_its_group_commits,
+    a_group_writes_every_step_version_and_status_whole,
+);
+
+async fn concurrent_runs_share_commits_and_every_run_is_complete(s: TestStore) {
+    let rt = s.runtime().await;
+    let before = rt.store().writer_stats();
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..200 {
         let rt = rt.clone();
@@ -34,17 +48,21 @@ async fn concurrent_runs_share_commits_and_every_run_is_complete() {
         assert_eq!(out.run.status, RunStatus::Completed);
         ids.push(out.run.id);
     }
-    let stats = handle.stats();
-    assert!(
-        stats.transitions > stats.transactions,
-        "200 concurrent runs never shared a commit: {stats:?}"
+    let after = rt.store().writer_stats();
+    let (transitions, transactions) = (
+        after.transitions - before.transitions,
+        after.transactions - before.transactions,
     );
-    let store = Store::open_read_only(&db).unwrap();
+    assert!(
+        transitions > transactions,
+        "200 concurrent runs never shared a commit: {transitions} writes in {transactions} transactions"
+    );
+    let store = s.reader().await;
     for id in &ids {
-        let k = kinds(&store, id);
+        let k = event_kinds(&*store, id).await;
         assert_eq!(k.first().map(String::as_str), Some("run.started"), "{id}");
         assert_eq!(k.last().map(String::as_str), Some("run.completed"), "{id}");
-        let steps = store.load_steps(id).unwrap();
+        let steps = store.steps(id).await.unwrap();
         assert_eq!(steps.len(), 2);
         assert!(steps.iter().all(|s| s.state == StepState::Done));
     }
@@ -52,6 +70,7 @@ async fn concurrent_runs_share_commits_and_every_run_is_complete() {
 
 /// A run alone commits on its own thread: it pays its commits and no
 /// handoff to the writer thread. Nothing of it is lost for that.
+/// SQLite only: it is about SQLite's writer thread and inline commits.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lone_run_commits_without_the_writer_thread() {
     let dir = tempfile::tempdir().unwrap();
@@ -81,10 +100,105 @@ async fn a_lone_run_commits_without_the_writer_thread() {
     assert_eq!(store.load_steps(&out.run.id).unwrap().len(), 3);
 }
 
-#[test]
-fn a_failed_member_of_a_group_rolls_back_alone() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut s = Store::open(dir.path().join("keel.db"), keel::Sync::Full).unwrap();
+/// Writes that occupy the store's writers while a group queues behind
+/// them (a writer thread or task takes what has queued when it is free).
+const BLOCKERS: u64 = 2;
+
+/// Commits `writes` through `store` as one group, in this order, and
+/// returns each one's result. Every write to the store is held (see
+/// [`TestStore::hold_writes`]) while [`BLOCKERS`] writes, one after the
+/// other, keep the store's writers waiting on the hold; then `writes` are
+/// queued in order, and the hold is let go. Asserts that they shared one
+/// transaction (perhaps with a blocker).
+async fn in_one_group(
+    s: &TestStore,
+    store: &Arc<dyn RunStore>,
+    writes: Vec<Write>,
+) -> Vec<Result<Committed, StoreError>> {
+    static BLOCKER: AtomicUsize = AtomicUsize::new(0);
+    let n = writes.len() as u64;
+    let before = store.writer_stats();
+    let held = s.hold_writes().await;
+    let mut blockers = Vec::new();
+    for _ in 0..BLOCKERS {
+        let store = store.clone();
+        let mut r = Run::new(
+            &format!("blocker{}", BLOCKER.fetch_add(1, Ordering::SeqCst)),
+            "holds a writer",
+            Limits::default(),
+            0,
+        );
+        r.status = RunStatus::Failed;
+        blockers.push(tokio::spawn(async move {
+            store.create_run(r, vec![], vec![]).await
+        }));
+        // Taken by a free writer, which waits on the hold.
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    let queued: Vec<Pin<Box<dyn Future<Output = _> + Send>>> = writes
+        .into_iter()
+        .map(|w| {
+            let store = store.clone();
+            Box::pin(async move {
+                match w {
+                    Write::Create { run, steps, events } => {
+                        store.create_run(run, steps, events).await
+                    }
+                    Write::Transition(t) => store.commit(t).await,
+                }
+            }) as Pin<Box<dyn Future<Output = _> + Send>>
+        })
+        .collect();
+    let (results, ()) = tokio::join!(started_in_order(queued), async {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        held.release().await;
+    });
+    for b in blockers {
+        b.await.unwrap().unwrap();
+    }
+    let after = store.writer_stats();
+    let (transitions, transactions) = (
+        after.transitions - before.transitions,
+        after.transactions - before.transactions,
+    );
+    eprintln!(
+        "{:?}: {n} writes and {BLOCKERS} blockers in {transactions} transactions",
+        s.engine
+    );
+    assert_eq!(transitions, n + BLOCKERS);
+    assert!(
+        transactions <= BLOCKERS + 1,
+        "the {n} writes were not one group: {transitions} writes in {transactions} transactions"
+    );
+    results
+}
+
+/// Awaits `fs` together, polling them first in their order (each store
+/// write is queued on its first poll).
+async fn started_in_order<T>(mut fs: Vec<Pin<Box<dyn Future<Output = T> + Send>>>) -> Vec<T> {
+    let mut out: Vec<Option<T>> = fs.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut all = true;
+        for (f, o) in fs.iter_mut().zip(out.iter_mut()) {
+            if o.is_none() {
+                match f.as_mut().poll(cx) {
+                    Poll::Ready(v) => *o = Some(v),
+                    Poll::Pending => all = false,
+                }
+            }
+        }
+        if all {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    })
+    .await;
+    out.into_iter().map(Option::unwrap).collect()
+}
+
+async fn a_failed_member_of_a_group_rolls_back_alone(s: TestStore) {
+    let store = s.open().await;
     let run = |id: &str| {
         let mut r = Run::new(id, "g", Limits::default(), 0);
         r.lease_owner = Some("me".into());
@@ -118,8 +232,10 @@ fn a_failed_member_of_a_group_rolls_back_alone() {
             model_calls: vec![],
         }
     };
-    let results = s
-        .commit_group(vec![
+    let results = in_one_group(
+        &s,
+        &store,
+        vec![
             Write::Create {
                 run: run("a"),
                 steps: vec![],
@@ -139,25 +255,27 @@ fn a_failed_member_of_a_group_rolls_back_alone() {
             // The wrong lease owner: a failed compare-and-set.
             Write::Transition(finish("b", "someone-else")),
             Write::Transition(finish("a", "me")),
-        ])
-        .unwrap();
+        ],
+    )
+    .await;
     let ok: Vec<bool> = results.iter().map(Result::is_ok).collect();
-    assert_eq!(ok, [true, false, true, false, true]);
+    assert_eq!(ok, [true, false, true, false, true], "{results:?}");
     assert!(matches!(results[3], Err(StoreError::Conflict { .. })));
-    assert_eq!(s.run("a").unwrap().status, RunStatus::Completed);
-    assert_eq!(s.run("b").unwrap().status, RunStatus::Running);
-    assert_eq!(kinds(&s, "a"), ["run.started", "run.completed"]);
-    assert_eq!(kinds(&s, "b"), ["run.started"]);
+    assert_eq!(store.run("a").await.unwrap().status, RunStatus::Completed);
+    assert_eq!(store.run("b").await.unwrap().status, RunStatus::Running);
+    assert_eq!(
+        event_kinds(&*store, "a").await,
+        ["run.started", "run.completed"]
+    );
+    assert_eq!(event_kinds(&*store, "b").await, ["run.started"]);
 }
 
-#[test]
-fn a_write_failing_part_way_fails_alone_and_the_rest_of_its_group_commits() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut s = Store::open(dir.path().join("keel.db"), keel::Sync::Full).unwrap();
+async fn a_write_failing_part_way_fails_alone_and_the_rest_of_its_group_commits(s: TestStore) {
+    let store = s.open().await;
     for id in ["a", "b"] {
         let mut r = Run::new(id, "g", Limits::default(), 0);
         r.lease_owner = Some("me".into());
-        s.create_run(&r, vec![]).unwrap();
+        store.create_run(r, vec![], vec![]).await.unwrap();
     }
     let step_transition = |id: &str, approvals: Vec<Approval>| {
         let mut r = Run::new(id, "g", Limits::default(), 0);
@@ -181,7 +299,8 @@ fn a_write_failing_part_way_fails_alone_and_the_rest_of_its_group_commits() {
         }
     };
     // Its compare-and-set passes, then its approval names a run that does
-    // not exist: the foreign key fails after the run row was updated.
+    // not exist: the foreign key (on both engines' `approvals.run_id`)
+    // fails after the run row was updated.
     let orphan = Approval {
         id: "appr_x".into(),
         run_id: "ghost".into(),
@@ -201,24 +320,34 @@ fn a_write_failing_part_way_fails_alone_and_the_rest_of_its_group_commits() {
         note: None,
         decided_at: None,
     };
-    let results = s
-        .commit_group(vec![
+    let results = in_one_group(
+        &s,
+        &store,
+        vec![
             Write::Transition(step_transition("a", vec![orphan])),
             Write::Transition(step_transition("b", vec![])),
-        ])
-        .unwrap();
+        ],
+    )
+    .await;
     assert!(results[0].is_err(), "the faulty write fails");
     assert!(results[1].is_ok(), "{:?}", results[1]);
-    assert_eq!(s.run("a").unwrap().step_count, 0, "nothing of it stayed");
-    assert!(kinds(&s, "a").is_empty());
-    assert_eq!(s.run("b").unwrap().step_count, 1);
-    assert_eq!(kinds(&s, "b"), ["step.started"]);
+    assert_eq!(
+        store.run("a").await.unwrap().step_count,
+        0,
+        "nothing of it stayed"
+    );
+    assert!(event_kinds(&*store, "a").await.is_empty());
+    assert_eq!(store.run("b").await.unwrap().step_count, 1);
+    assert_eq!(event_kinds(&*store, "b").await, ["step.started"]);
+    assert_eq!(
+        s.number("SELECT count(*) FROM approvals").await,
+        0,
+        "the orphan approval was not written"
+    );
 }
 
-#[test]
-fn a_group_writes_every_step_version_and_status_whole() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut s = Store::open(dir.path().join("keel.db"), keel::Sync::Full).unwrap();
+async fn a_group_writes_every_step_version_and_status_whole(s: TestStore) {
+    let store = s.open().await;
     let run = |id: &str, status: RunStatus, steps: u32| {
         let mut r = Run::new(id, "g", Limits::default(), 0);
         r.lease_owner = Some("me".into());
@@ -253,13 +382,17 @@ fn a_group_writes_every_step_version_and_status_whole() {
         })
     };
     for id in ["a", "b"] {
-        s.create_run(&run(id, RunStatus::Running, 0), vec![])
+        store
+            .create_run(run(id, RunStatus::Running, 0), vec![], vec![])
+            .await
             .unwrap();
     }
     // One group: a step is created and updated twice, its run's status is
     // kept and then changed; the other run pauses with its step decided.
-    let results = s
-        .commit_group(vec![
+    let results = in_one_group(
+        &s,
+        &store,
+        vec![
             transition(
                 run("a", RunStatus::Running, 1),
                 RunStatus::Running,
@@ -285,42 +418,53 @@ fn a_group_writes_every_step_version_and_status_whole() {
                 RunStatus::Running,
                 vec![step(3, StepState::Done)],
             ),
-        ])
-        .unwrap();
+        ],
+    )
+    .await;
     assert!(results.iter().all(Result::is_ok), "{results:?}");
-    assert_eq!(only_step(&s, "a"), (3, StepState::Done));
-    assert_eq!(only_step(&s, "b"), (2, StepState::AwaitingApproval));
-    // The status index follows every status change.
-    let listed = |status| -> Vec<String> {
-        s.list_runs(Some(status), 10)
-            .unwrap()
-            .into_iter()
-            .map(|r| r.id)
-            .collect()
+    assert_eq!(only_step(&*store, "a").await, (3, StepState::Done));
+    assert_eq!(
+        only_step(&*store, "b").await,
+        (2, StepState::AwaitingApproval)
+    );
+    // The status index follows every status change (the blockers are
+    // failed runs).
+    let listed = |status| {
+        let store = store.clone();
+        async move {
+            store
+                .list_runs(Some(status), 10)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|r| r.id)
+                .collect::<Vec<String>>()
+        }
     };
-    assert_eq!(listed(RunStatus::Completed), ["a"]);
-    assert_eq!(listed(RunStatus::WaitingForApproval), ["b"]);
-    assert!(listed(RunStatus::Running).is_empty());
+    assert_eq!(listed(RunStatus::Completed).await, ["a"]);
+    assert_eq!(listed(RunStatus::WaitingForApproval).await, ["b"]);
+    assert!(listed(RunStatus::Running).await.is_empty());
 
     // A later version of a step whose row is missing is written whole.
-    s.connection()
-        .execute("DELETE FROM steps WHERE run_id='b'", [])
-        .unwrap();
-    let results = s
-        .commit_group(vec![transition(
+    s.exec("DELETE FROM steps WHERE run_id = 'b'").await;
+    let results = in_one_group(
+        &s,
+        &store,
+        vec![transition(
             run("b", RunStatus::WaitingForApproval, 1),
             RunStatus::WaitingForApproval,
             vec![step(3, StepState::Executing)],
-        )])
-        .unwrap();
+        )],
+    )
+    .await;
     assert!(results[0].is_ok(), "{results:?}");
-    assert_eq!(only_step(&s, "b"), (3, StepState::Executing));
-    assert_eq!(s.load_steps("b").unwrap()[0].started_at, 1);
+    assert_eq!(only_step(&*store, "b").await, (3, StepState::Executing));
+    assert_eq!(store.steps("b").await.unwrap()[0].started_at, 1);
 }
 
 /// A run's one step row: its version and state.
-fn only_step(s: &Store, id: &str) -> (u32, StepState) {
-    let steps = s.load_steps(id).unwrap();
+async fn only_step(s: &dyn RunStore, id: &str) -> (u32, StepState) {
+    let steps = s.steps(id).await.unwrap();
     assert_eq!(steps.len(), 1, "one row per step");
     (steps[0].version, steps[0].state)
 }

@@ -1,61 +1,81 @@
 //! What a plugin, an operator or another process cannot do to a run: the
 //! races of creating a store and taking a lease, cancel settling what a run
 //! is in, leases of dead processes, and the operator's word on effects.
+//! Every test runs on both store engines, from one test code:
+//! `sqlite::NAME` and `postgres::NAME`.
 
 mod common;
 
 use async_trait::async_trait;
+use common::engine::{event_kinds, Engine, TestStore};
 use common::*;
+use keel::driver::operator::take_lease_in;
 use keel::model::{ModelGate, ModelRequest, StubProvider};
+use keel::store::{OpenOptions, RunStore};
 use keel::*;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-fn tmpdb() -> (tempfile::TempDir, std::path::PathBuf) {
-    let dir = tempfile::tempdir().unwrap();
-    let p = dir.path().join("keel.db");
-    (dir, p)
-}
+on_both_engines!(
+    many_processes_creating_one_store_at_once_all_succeed,
+    a_finished_run_cannot_be_leased_or_resumed,
+    a_lease_of_a_process_that_is_gone_is_taken_at_once_and_an_operator_can_force_one,
+    a_cancel_interrupts_a_slow_model_call,
+    a_cancel_during_a_tool_records_its_result_and_a_cancel_of_a_paused_run_closes_its_approval,
+    the_operator_pins_a_tools_effect_and_requires_approval_whatever_the_policy_says,
+    an_interrupted_side_effects_approval_altered_after_the_fact_is_refused_by_its_hash,
+);
 
-#[test]
-fn many_processes_creating_one_store_at_once_all_succeed() {
-    for round in 0..25 {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("keel.db");
+/// Six openers (each on a thread and runtime of its own, with its own
+/// connections, as processes would be) open one store that does not exist
+/// yet, at once: a SQLite file that is not there, or a fresh empty
+/// PostgreSQL database. The first migrates under the store's lock (SQLite's
+/// write lock, PostgreSQL's advisory lock); the others find nothing to do.
+async fn many_processes_creating_one_store_at_once_all_succeed(s: TestStore) {
+    let engine = s.engine;
+    // A fresh PostgreSQL database per round costs more than a file.
+    let rounds = if engine == Engine::Postgres { 10 } else { 25 };
+    let mut first = Some(s);
+    for round in 0..rounds {
+        let s = match first.take() {
+            Some(s) => s,
+            None => TestStore::new(engine).await,
+        };
         let barrier = Arc::new(std::sync::Barrier::new(6));
         let opens: Vec<_> = (0..6)
             .map(|_| {
-                let (p, b) = (p.clone(), barrier.clone());
+                let (loc, b) = (s.loc(), barrier.clone());
                 std::thread::spawn(move || {
+                    let rt = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .unwrap();
                     b.wait();
-                    Store::open(&p, keel::Sync::Full).map(drop)
+                    rt.block_on(keel::store::open(&loc, OpenOptions::default()))
+                        .map(drop)
                 })
             })
             .collect();
         for (i, o) in opens.into_iter().enumerate() {
             if let Err(e) = o.join().unwrap() {
-                panic!("round {round}, opener {i}: {e}");
+                panic!("{engine:?} round {round}, opener {i}: {e}");
             }
         }
-        let s = Store::open_read_only(&p).unwrap();
-        assert!(s.list_runs(None, 1).unwrap().is_empty());
+        let r = s.reader().await;
+        assert!(r.list_runs(None, 1).await.unwrap().is_empty());
     }
 }
 
-#[tokio::test]
-async fn a_finished_run_cannot_be_leased_or_resumed() {
-    let (_d, db) = tmpdb();
-    let rt = runtime(&db);
+async fn a_finished_run_cannot_be_leased_or_resumed(s: TestStore) {
+    let rt = s.runtime().await;
     let (c, _) = consumers(vec![Decision::Complete("1".into())], vec![]);
     let out = rt.start("x", Limits::default(), "{}", c).await.unwrap();
     assert_eq!(out.run.status, RunStatus::Completed);
-    let mut s = Store::open(&db, keel::Sync::Full).unwrap();
+    let store = s.open().await;
     // As a racing resumer would, after reading the run still running.
-    assert!(matches!(
-        s.acquire_lease(&out.run.id, "late", 0, 30_000),
-        Err(StoreError::Terminal { .. })
-    ));
-    assert!(s.run(&out.run.id).unwrap().lease_owner.is_none());
+    let late = take_lease_in(&*store, &out.run.id, "late", 0, 30_000, None).await;
+    assert!(matches!(late, Err(StoreError::Terminal { .. })), "{late:?}");
+    assert!(store.run(&out.run.id).await.unwrap().lease_owner.is_none());
     let (c, _) = consumers(vec![], vec![]);
     assert!(matches!(
         rt.resume(&out.run.id, c).await,
@@ -63,10 +83,10 @@ async fn a_finished_run_cannot_be_leased_or_resumed() {
     ));
 }
 
-#[tokio::test]
-async fn a_lease_of_a_process_that_is_gone_is_taken_at_once_and_an_operator_can_force_one() {
-    let (_d, db) = tmpdb();
-    let mut s = Store::open(&db, keel::Sync::Full).unwrap();
+async fn a_lease_of_a_process_that_is_gone_is_taken_at_once_and_an_operator_can_force_one(
+    s: TestStore,
+) {
+    let store = s.open().await;
     let mut child = std::process::Command::new("true").spawn().unwrap();
     let pid = child.id();
     child.wait().unwrap();
@@ -83,22 +103,23 @@ async fn a_lease_of_a_process_that_is_gone_is_taken_at_once_and_an_operator_can_
         let mut r = Run::new(id, "g", Limits::default(), 0);
         r.lease_owner = Some(owner);
         r.lease_expires = Some(far);
-        s.create_run(&r, vec![]).unwrap();
+        store.create_run(r, vec![], vec![]).await.unwrap();
     }
     // The holder's process is gone: taken at once, long before expiry.
-    let taken = s.acquire_lease("dead", "me", 10, 30_000).unwrap();
+    let taken = take_lease_in(&*store, "dead", "me", 10, 30_000, None)
+        .await
+        .unwrap();
     assert_eq!(taken.lease_owner.as_deref(), Some("me"));
-    let ev = s.events_after(Some("dead"), 0, 10).unwrap();
+    let ev = store.events_after(Some("dead"), 0, 10).await.unwrap();
     assert_eq!(ev[0].kind, "lease.taken_over");
     assert!(ev[0].data.contains("holder_gone"), "{}", ev[0].data);
     // A live holder keeps it, unless an operator takes it over by name.
-    assert!(matches!(
-        s.acquire_lease("alive", "me", 10, 30_000),
-        Err(StoreError::Leased { .. })
-    ));
-    s.acquire_lease_as("alive", "me", 10, 30_000, Some("ops-alice"))
+    let kept = take_lease_in(&*store, "alive", "me", 10, 30_000, None).await;
+    assert!(matches!(kept, Err(StoreError::Leased { .. })), "{kept:?}");
+    take_lease_in(&*store, "alive", "me", 10, 30_000, Some("ops-alice"))
+        .await
         .unwrap();
-    let ev = s.events_after(Some("alive"), 0, 10).unwrap();
+    let ev = store.events_after(Some("alive"), 0, 10).await.unwrap();
     assert!(
         ev[0].data.contains("\"by\":\"ops-alice\""),
         "{}",
@@ -130,22 +151,20 @@ impl Agent for SlowModelAgent {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cancel_interrupts_a_slow_model_call() {
-    let (_d, db) = tmpdb();
-    let rt = runtime(&db);
+async fn a_cancel_interrupts_a_slow_model_call(s: TestStore) {
+    let rt = s.runtime().await;
     let gate = Arc::new(ModelGate::new(Arc::new(StubProvider::new(
         Duration::from_secs(3600),
     ))));
     let (mut c, _) = consumers(vec![], vec![]);
     c.agent = Box::new(SlowModelAgent { gate: gate.clone() });
     c.model = gate;
-    let db2 = db.clone();
+    // An operator on another handle, as in another process.
+    let op = s.runtime().await.operator();
     let canceller = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let mut op = Store::open(&db2, keel::Sync::Full).unwrap();
-        let id = op.list_runs(None, 1).unwrap()[0].id.clone();
-        op.cancel(&id, "ops", 1).unwrap();
+        let id = op.runs(None, 1).await.unwrap()[0].id.clone();
+        op.cancel(&id, "ops").await.unwrap();
     });
     let out = tokio::time::timeout(
         Duration::from_secs(30),
@@ -156,38 +175,51 @@ async fn a_cancel_interrupts_a_slow_model_call() {
     .unwrap();
     canceller.await.unwrap();
     assert_eq!(out.run.status, RunStatus::Cancelled);
-    let s = Store::open_read_only(&db).unwrap();
-    let steps = s.load_steps(&out.run.id).unwrap();
+    let r = s.reader().await;
+    let steps = r.steps(&out.run.id).await.unwrap();
     assert_eq!(steps[0].state, StepState::Done, "nothing is left open");
-    assert!(s.run(&out.run.id).unwrap().lease_owner.is_none());
-    assert_eq!(s.model_call_count(&out.run.id).unwrap(), 0);
+    assert!(r.run(&out.run.id).await.unwrap().lease_owner.is_none());
+    assert_eq!(r.model_calls(&out.run.id).await.unwrap().len(), 0);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+/// A side-effecting tool that cancels its own run through another handle
+/// on the store (as an operator in another process would) while it runs,
+/// then reports what it did.
+struct CancellingWrite {
+    other: Arc<dyn RunStore>,
+    ran: Arc<Mutex<u32>>,
+}
+
+#[async_trait]
+impl ToolProvider for CancellingWrite {
+    fn specs(&self) -> Vec<ToolSpec> {
+        vec![spec("write", Effect::LocalMutation)]
+    }
+    async fn call(&self, _: &str, _: &str) -> Result<String, ToolError> {
+        let op = keel::driver::Operator::writing(self.other.clone());
+        let err = |e: StoreError| ToolError::new(e.to_string());
+        let run = op.runs(None, 1).await.map_err(err)?.remove(0);
+        op.cancel(&run.id, "ops").await.map_err(err)?;
+        *self.ran.lock().unwrap() += 1;
+        Ok(serde_json::json!({ "wrote": true }).to_string())
+    }
+}
+
 async fn a_cancel_during_a_tool_records_its_result_and_a_cancel_of_a_paused_run_closes_its_approval(
+    s: TestStore,
 ) {
-    let (_d, db) = tmpdb();
-    let rt = runtime(&db);
-    let db2 = db.clone();
+    let rt = s.runtime().await;
     let ran = Arc::new(Mutex::new(0u32));
-    let r2 = ran.clone();
-    // The tool cancels its own run from another connection while it runs.
-    let canceller: Arc<dyn ToolProvider> = Arc::new(FnTool::new(
-        spec("write", Effect::LocalMutation),
-        move |_| {
-            let mut op = Store::open(&db2, keel::Sync::Full).map_err(|e| e.to_string())?;
-            let id = op.list_runs(None, 1).unwrap()[0].id.clone();
-            op.cancel(&id, "ops", 5).map_err(|e| e.to_string())?;
-            *r2.lock().unwrap() += 1;
-            Ok(serde_json::json!({ "wrote": true }))
-        },
-    ));
+    let canceller: Arc<dyn ToolProvider> = Arc::new(CancellingWrite {
+        other: s.open().await,
+        ran: ran.clone(),
+    });
     let (c, _) = consumers(vec![call("write", "{}")], vec![canceller]);
     let out = rt.start("x", Limits::default(), "{}", c).await.unwrap();
     assert_eq!(out.run.status, RunStatus::Cancelled);
     assert_eq!(*ran.lock().unwrap(), 1);
-    let s = Store::open_read_only(&db).unwrap();
-    let steps = s.load_steps(&out.run.id).unwrap();
+    let r = s.reader().await;
+    let steps = r.steps(&out.run.id).await.unwrap();
     assert_eq!(
         steps[0].state,
         StepState::Done,
@@ -196,12 +228,11 @@ async fn a_cancel_during_a_tool_records_its_result_and_a_cancel_of_a_paused_run_
     let obs = steps[0].observation.as_ref().unwrap();
     assert_eq!(obs.kind, ObservationKind::ToolResult);
     assert!(obs.content.contains("wrote"));
-    let k = kinds(&s, &out.run.id);
+    let k = event_kinds(&*r, &out.run.id).await;
     let pos = |kind: &str| k.iter().position(|x| x == kind).unwrap();
     assert!(pos("run.cancelled") < pos("step.done"), "{k:?}");
     assert!(pos("step.interrupted") < pos("run.cancelled"), "{k:?}");
-    assert!(s.run(&out.run.id).unwrap().lease_owner.is_none());
-    drop(s);
+    assert!(r.run(&out.run.id).await.unwrap().lease_owner.is_none());
 
     // A paused run: its approval is closed as cancelled, its step done.
     let (c, _) = consumers(
@@ -214,21 +245,28 @@ async fn a_cancel_during_a_tool_records_its_result_and_a_cancel_of_a_paused_run_
     );
     let out = rt.start("y", Limits::default(), "{}", c).await.unwrap();
     assert_eq!(out.run.status, RunStatus::WaitingForApproval);
-    let mut op = Store::open(&db, keel::Sync::Full).unwrap();
-    op.cancel(&out.run.id, "ops", 7).unwrap();
-    let a = op.load_approvals(&out.run.id).unwrap();
+    let op = s.runtime().await.operator();
+    op.cancel(&out.run.id, "ops").await.unwrap();
+    let a = r.approvals(&out.run.id).await.unwrap();
     assert_eq!(a[0].status, ApprovalStatus::Cancelled);
     assert_eq!(a[0].decided_by.as_deref(), Some("ops"));
-    let steps = op.load_steps(&out.run.id).unwrap();
+    let steps = r.steps(&out.run.id).await.unwrap();
     assert_eq!(steps[0].state, StepState::Done);
-    assert!(kinds(&op, &out.run.id).contains(&"approval.cancelled".to_string()));
-    assert!(op.pending_approvals().unwrap().is_empty());
+    assert!(event_kinds(&*r, &out.run.id)
+        .await
+        .contains(&"approval.cancelled".to_string()));
+    assert_eq!(
+        s.number("SELECT count(*) FROM approvals WHERE status = 'pending'")
+            .await,
+        0,
+        "no approval of any run is left pending"
+    );
 }
 
-#[tokio::test]
-async fn the_operator_pins_a_tools_effect_and_requires_approval_whatever_the_policy_says() {
-    let (_d, db) = tmpdb();
-    let rt = runtime(&db);
+async fn the_operator_pins_a_tools_effect_and_requires_approval_whatever_the_policy_says(
+    s: TestStore,
+) {
+    let rt = s.runtime().await;
     let n = Arc::new(Mutex::new(0));
     // The tool claims to be read-only; NamePolicy allows it.
     let (mut c, rig) = consumers(
@@ -247,8 +285,7 @@ async fn the_operator_pins_a_tools_effect_and_requires_approval_whatever_the_pol
         rig.policy_seen.lock().unwrap()[0].contains("\"destructive\""),
         "the policy judged the pinned effect"
     );
-    let s = Store::open_read_only(&db).unwrap();
-    let steps = s.load_steps(&out.run.id).unwrap();
+    let steps = s.reader().await.steps(&out.run.id).await.unwrap();
     assert_eq!(
         steps[0].effect,
         Some(Effect::Destructive),
@@ -256,15 +293,15 @@ async fn the_operator_pins_a_tools_effect_and_requires_approval_whatever_the_pol
     );
 }
 
-#[tokio::test]
-async fn an_interrupted_side_effects_approval_altered_after_the_fact_is_refused_by_its_hash() {
+async fn an_interrupted_side_effects_approval_altered_after_the_fact_is_refused_by_its_hash(
+    s: TestStore,
+) {
     use keel::store::{Expect, Transition};
-    let (_d, db) = tmpdb();
     let now = keel::driver::Clock::now_ms(&keel::driver::SystemClock);
-    let mut s = Store::open(&db, keel::Sync::Full).unwrap();
+    let store = s.open().await;
     let mut run = Run::new("left", "g", Limits::default(), now);
     run.step_count = 1;
-    s.create_run(&run, vec![]).unwrap();
+    store.create_run(run.clone(), vec![], vec![]).await.unwrap();
     // Left by a crash while a side-effecting tool ran.
     let step = Step {
         index: 0,
@@ -281,21 +318,23 @@ async fn an_interrupted_side_effects_approval_altered_after_the_fact_is_refused_
         started_at: now,
         updated_at: now,
     };
-    s.commit(Transition {
-        expect: Expect {
-            status: RunStatus::Running,
-            owner: None,
-            pending_approval: None,
-        },
-        run: run.clone(),
-        steps: vec![step],
-        approvals: vec![],
-        events: vec![],
-        model_calls: vec![],
-    })
-    .unwrap();
+    store
+        .commit(Transition {
+            expect: Expect {
+                status: RunStatus::Running,
+                owner: None,
+                pending_approval: None,
+            },
+            run: run.clone(),
+            steps: vec![step],
+            approvals: vec![],
+            events: vec![],
+            model_calls: vec![],
+        })
+        .await
+        .unwrap();
     let ran = Arc::new(Mutex::new(0));
-    let rt = runtime(&db);
+    let rt = s.runtime().await;
     let (c, _) = consumers(
         vec![],
         vec![counting_tool("write", Effect::LocalMutation, ran.clone())],
@@ -303,14 +342,14 @@ async fn an_interrupted_side_effects_approval_altered_after_the_fact_is_refused_
     let out = rt.resume("left", c).await.unwrap();
     let a = out.pending.expect("an operator must decide");
     assert_eq!(a.kind, ApprovalKind::InterruptedSideEffect);
-    s.decide_approval(&a.id, true, "ops", None, now).unwrap();
+    let op = keel::driver::Operator::writing(store.clone());
+    op.approve(&a.id, "ops", None).await.unwrap();
     // What the operator was shown is changed after they approved it.
-    s.connection()
-        .execute(
-            "UPDATE approvals SET reason='it certainly did not run' WHERE id=?1",
-            [&a.id],
-        )
-        .unwrap();
+    s.exec(&format!(
+        "UPDATE approvals SET reason='it certainly did not run' WHERE id='{}'",
+        a.id
+    ))
+    .await;
     let (c, _) = consumers(
         vec![],
         vec![counting_tool("write", Effect::LocalMutation, ran.clone())],

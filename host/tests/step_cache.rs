@@ -1,14 +1,19 @@
 //! The loop's kept steps equal a fresh load: one scenario run twice with a
 //! deterministic clock and ids, once with the step cache and once reloading
 //! everything at every step; every consumer input, every event and every
-//! stored row must be the same.
+//! stored row must be the same. On both store engines, from one test code:
+//! `sqlite::NAME` and `postgres::NAME`.
 
 mod common;
 
+use common::engine::TestStore;
 use common::*;
+use keel::driver::operator::decide_in;
 use keel::driver::{SeqIds, StepClock};
 use keel::*;
 use std::sync::{Arc, Mutex};
+
+on_both_engines!(cached_steps_equal_reloaded_steps_in_every_input_event_and_row);
 
 fn script() -> Vec<Decision> {
     vec![
@@ -36,20 +41,33 @@ fn tools() -> Vec<Arc<dyn ToolProvider>> {
     ]
 }
 
+/// The columns of a run's `steps` rows, as stored.
+const STEP_ROWS: &str = "SELECT run_id, idx, version, state, decision, call_tool, call_args,
+    effect, verdict, obs_kind, obs_content, started_at, updated_at FROM steps";
+/// The column of `obs_kind` in [`STEP_ROWS`].
+const OBS_KIND: usize = 9;
+/// The columns of a run's `approvals` rows, as stored.
+const APPROVAL_ROWS: &str = "SELECT id, run_id, step_idx, kind, status, tool, arguments,
+    reason, presentation, hash, created_at, expires_at, decided_by, note, decided_at
+    FROM approvals";
+
 struct Trace {
     inputs: Vec<String>,
     events: Vec<keel::store::Event>,
-    steps: Vec<keel::store::StepRow>,
-    approvals: Vec<keel::store::ApprovalRow>,
+    steps: Vec<Step>,
+    step_rows: Vec<Vec<Option<String>>>,
+    approvals: Vec<Approval>,
+    approval_rows: Vec<Vec<Option<String>>>,
     run: Run,
     clock_readings: i64,
 }
 
-async fn scenario(reload: bool) -> Trace {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("keel.db");
+/// The scenario on `s` (a fresh store: event numbers start alike).
+async fn scenario(s: &TestStore, reload: bool) -> Trace {
     let clock = Arc::new(StepClock::new(1_000_000, 7));
-    let rt = runtime(&db)
+    let rt = s
+        .runtime()
+        .await
         .with_clock(clock.clone())
         .with_ids(Arc::new(SeqIds::new()))
         .reload_each_step(reload);
@@ -59,8 +77,10 @@ async fn scenario(reload: bool) -> Trace {
         .await
         .unwrap();
     let a = out.pending.unwrap();
-    let mut op = Store::open(&db, keel::Sync::Full).unwrap();
-    op.decide_approval(&a.id, true, "ops", Some("ok"), 5)
+    // An operator on another handle, at a fixed time (off the run's clock).
+    let op = s.open().await;
+    decide_in(&*op, &a.id, true, "ops", Some("ok"), 5)
+        .await
         .unwrap();
     let (c, rig2) = consumers(script(), tools());
     let done = rt.resume(&out.run.id, c).await.unwrap();
@@ -71,31 +91,43 @@ async fn scenario(reload: bool) -> Trace {
         inputs.extend(rig.policy_seen.lock().unwrap().iter().cloned());
     }
     let id = out.run.id.clone();
+    let r = s.reader().await;
     Trace {
         inputs,
-        events: op.events_after(Some(&id), 0, 10_000).unwrap(),
-        steps: op.step_rows(&id).unwrap(),
-        approvals: op.approval_rows(&id).unwrap(),
-        run: op.run(&id).unwrap(),
+        events: r.events_after(Some(&id), 0, 10_000).await.unwrap(),
+        steps: r.steps(&id).await.unwrap(),
+        step_rows: s
+            .rows(&format!("{STEP_ROWS} WHERE run_id = '{id}' ORDER BY idx"))
+            .await,
+        approvals: r.approvals(&id).await.unwrap(),
+        approval_rows: s
+            .rows(&format!(
+                "{APPROVAL_ROWS} WHERE run_id = '{id}' ORDER BY created_at, id"
+            ))
+            .await,
+        run: r.run(&id).await.unwrap(),
         clock_readings: clock.readings(1_000_000),
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cached_steps_equal_reloaded_steps_in_every_input_event_and_row() {
-    let cached = scenario(false).await;
-    let reloaded = scenario(true).await;
+async fn cached_steps_equal_reloaded_steps_in_every_input_event_and_row(s: TestStore) {
+    let cached = scenario(&s, false).await;
+    let reloaded = scenario(&TestStore::new(s.engine).await, true).await;
     assert_eq!(cached.inputs, reloaded.inputs);
     assert_eq!(cached.events, reloaded.events);
     assert_eq!(cached.steps, reloaded.steps);
+    assert_eq!(cached.step_rows, reloaded.step_rows);
     assert_eq!(cached.approvals, reloaded.approvals);
+    assert_eq!(cached.approval_rows, reloaded.approval_rows);
     assert_eq!(cached.run, reloaded.run);
     assert_eq!(cached.clock_readings, reloaded.clock_readings);
     // The scenario covered what it claims.
+    assert_eq!(cached.step_rows.len(), cached.steps.len());
+    assert_eq!(cached.approval_rows.len(), 1);
     let kinds: Vec<&str> = cached
-        .steps
+        .step_rows
         .iter()
-        .filter_map(|s| s.obs_kind.as_deref())
+        .filter_map(|r| r[OBS_KIND].as_deref())
         .collect();
     for k in [
         "tool_result",

@@ -202,6 +202,87 @@ impl TestStore {
     }
 }
 
+/// Every write to a store held back, as another writer holding its lock
+/// would hold it, until [`WritesHeld::release`]. Reads go on meanwhile.
+pub enum WritesHeld {
+    /// A connection in a `BEGIN IMMEDIATE` transaction (the write lock).
+    Sqlite(rusqlite::Connection),
+    /// A transaction holding `runs` in `SHARE` mode (no row may change).
+    Postgres(tokio_postgres::Client),
+}
+
+impl WritesHeld {
+    /// Lets the held writes go (the holder rolls back).
+    pub async fn release(self) {
+        match self {
+            WritesHeld::Sqlite(c) => c.execute_batch("ROLLBACK").unwrap(),
+            WritesHeld::Postgres(c) => c.batch_execute("ROLLBACK").await.unwrap(),
+        }
+    }
+}
+
+impl TestStore {
+    /// Holds every write to the store (which must exist) until released.
+    pub async fn hold_writes(&self) -> WritesHeld {
+        match self.engine {
+            Engine::Sqlite => {
+                let c = rusqlite::Connection::open(&self.location).unwrap();
+                c.execute_batch("BEGIN IMMEDIATE").unwrap();
+                WritesHeld::Sqlite(c)
+            }
+            Engine::Postgres => {
+                let c = pg_client(&self.location).await;
+                c.batch_execute("BEGIN; LOCK TABLE runs IN SHARE MODE")
+                    .await
+                    .unwrap();
+                WritesHeld::Postgres(c)
+            }
+        }
+    }
+
+    /// Every row of `sql`, each column as its text (`None` for NULL), as
+    /// the engine stores it.
+    pub async fn rows(&self, sql: &str) -> Vec<Vec<Option<String>>> {
+        match self.engine {
+            Engine::Sqlite => {
+                use rusqlite::types::ValueRef;
+                let c = rusqlite::Connection::open(&self.location).unwrap();
+                let mut stmt = c.prepare(sql).unwrap();
+                let n = stmt.column_count();
+                stmt.query_map([], |r| {
+                    (0..n)
+                        .map(|i| {
+                            Ok(match r.get_ref(i)? {
+                                ValueRef::Null => None,
+                                ValueRef::Integer(v) => Some(v.to_string()),
+                                ValueRef::Real(v) => Some(v.to_string()),
+                                ValueRef::Text(t) => Some(String::from_utf8_lossy(t).into()),
+                                ValueRef::Blob(b) => Some(hex::encode(b)),
+                            })
+                        })
+                        .collect()
+                })
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap()
+            }
+            Engine::Postgres => pg_client(&self.location)
+                .await
+                .simple_query(sql)
+                .await
+                .unwrap()
+                .into_iter()
+                .filter_map(|m| match m {
+                    tokio_postgres::SimpleQueryMessage::Row(r) => {
+                        Some((0..r.len()).map(|i| r.get(i).map(str::to_string)).collect())
+                    }
+                    _ => None,
+                })
+                .collect(),
+        }
+    }
+}
+
 /// The kinds of a run's events, in journal order.
 pub async fn event_kinds<R: RunReader + ?Sized>(store: &R, run_id: &str) -> Vec<String> {
     store

@@ -117,8 +117,15 @@ enum Found {
 }
 
 async fn found(c: &Conn) -> Result<Found, StoreError> {
+    // Read from the catalog itself: `to_regclass` may answer from this
+    // session's cache, which still says "no such table" after waiting on
+    // the migration lock for another process that has just created it.
     let meta = c
-        .query("SELECT to_regclass('keel_meta') IS NOT NULL", &[])
+        .query(
+            "SELECT EXISTS (SELECT 1 FROM pg_tables
+                WHERE schemaname = current_schema() AND tablename = 'keel_meta')",
+            &[],
+        )
         .await?;
     let has_meta: bool = meta.first().map(|r| r.get(0)).unwrap_or(false);
     if has_meta {
