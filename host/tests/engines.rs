@@ -552,9 +552,15 @@ async fn child() {
         // Claims and drives runs until none is left to claim for a while.
         "claim" => {
             let rt = Runtime::on(store);
+            // Start together: say ready, wait for the parent's go.
+            let gate = std::path::PathBuf::from(std::env::var("KEEL_CHILD_GATE").unwrap());
+            std::fs::write(gate.join(format!("ready-{}", std::process::id())), b"").unwrap();
+            while !gate.join("go").exists() {
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
             let mut idle = 0;
             while idle < 10 {
-                let claimed = rt.claim(8).await.unwrap();
+                let claimed = rt.claim(4).await.unwrap();
                 if claimed.is_empty() {
                     idle += 1;
                     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
@@ -718,10 +724,25 @@ async fn claimers_in_three_processes_drive_every_run_once(s: TestStore) {
                 .id,
         );
     }
-    let env = [("KEEL_CHILD_LOG", log.to_str().unwrap())];
+    let gate = dir.path().join("gate");
+    std::fs::create_dir(&gate).unwrap();
+    let env = [
+        ("KEEL_CHILD_LOG", log.to_str().unwrap()),
+        ("KEEL_CHILD_GATE", gate.to_str().unwrap()),
+    ];
     let mut children: Vec<_> = (0..3)
         .map(|_| spawn_child("claim", &s, &env).spawn().unwrap())
         .collect();
+    // All three claim from the same moment, so that the pool is shared.
+    let since = std::time::Instant::now();
+    while std::fs::read_dir(&gate).unwrap().count() < 3 {
+        assert!(
+            since.elapsed() < std::time::Duration::from_secs(120),
+            "the claimers never got ready"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    std::fs::write(gate.join("go"), b"").unwrap();
     for c in &mut children {
         assert!(c.wait().unwrap().success());
     }
