@@ -86,7 +86,8 @@ pub struct FanoutReport {
     pub server_cpu_us_per_run: f64,
     /// Share of the wall time the writer thread was busy on groups,
     /// including the syncs it waited for. Near 100%, the one writer is
-    /// what limits throughput.
+    /// what limits throughput. On PostgreSQL, summed over its writer
+    /// tasks (up to 100% each).
     pub writer_busy_pct: f64,
     /// Of the wall time, the share the writer thread was ready to run but
     /// waited for a CPU (the workers had both).
@@ -107,8 +108,9 @@ impl FanoutReport {
                     self.cpu_us_per_run + self.server_cpu_us_per_run
                 ),
                 format!(
-                    "busy {:.0}% of the wall time (a task on Keel's runtime)",
-                    self.writer_busy_pct
+                    "busy {:.0}% of the wall time, summed over its {} writer tasks",
+                    self.writer_busy_pct,
+                    crate::store::postgres::WRITERS
                 ),
             )
         } else {

@@ -31,7 +31,12 @@ use tokio::sync::{mpsc, oneshot};
 /// The most transitions committed together.
 const MAX_GROUP: usize = 512;
 
-/// Connections for reads, heartbeats and claims, besides the writer's.
+/// Writer tasks, each with its connection, taking groups from one queue:
+/// while one group waits on the server (its statements, its commit's
+/// flush), the next is sent on the other connection.
+pub const WRITERS: usize = 2;
+
+/// Connections for reads, heartbeats and claims, besides the writers'.
 const POOL_SIZE: usize = 4;
 
 static GET_RUN: LazyLock<String> =
@@ -121,7 +126,15 @@ impl PgStore {
         let counters = Arc::new(Counters::default());
         let writer = writable.then(|| {
             let (tx, rx) = mpsc::unbounded_channel();
-            tokio::spawn(writer(cfg.clone(), shown.clone(), rx, counters.clone()));
+            let rx = Arc::new(tokio::sync::Mutex::new(rx));
+            for _ in 0..WRITERS {
+                tokio::spawn(writer(
+                    cfg.clone(),
+                    shown.clone(),
+                    rx.clone(),
+                    counters.clone(),
+                ));
+            }
             tx
         });
         Ok(PgStore {
@@ -151,25 +164,33 @@ impl PgStore {
     }
 }
 
-/// The writer task: takes whatever has queued (up to [`MAX_GROUP`]) and
-/// commits it as one transaction, connecting again after a loss.
+/// A writer task: takes whatever has queued (up to [`MAX_GROUP`]) and
+/// commits it as one transaction, connecting again after a loss. The
+/// writes of one run never travel in two groups at once (a run's loop
+/// waits for each commit); an operator's write racing a loop's is settled
+/// by the row lock and the compare-and-set, and event numbers follow
+/// commit order whichever writer commits first.
 async fn writer(
     cfg: tokio_postgres::Config,
     shown: String,
-    mut rx: mpsc::UnboundedReceiver<Job>,
+    rx: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<Job>>>,
     counters: Arc<Counters>,
 ) {
     let mut conn: Option<Conn> = None;
     let mut group: Vec<Job> = Vec::new();
-    while let Some(first) = rx.recv().await {
-        let woke = Instant::now();
-        group.push(first);
-        while group.len() < MAX_GROUP {
-            match rx.try_recv() {
-                Ok(j) => group.push(j),
-                Err(_) => break,
+    loop {
+        {
+            let mut rx = rx.lock().await;
+            let Some(first) = rx.recv().await else { break };
+            group.push(first);
+            while group.len() < MAX_GROUP {
+                match rx.try_recv() {
+                    Ok(j) => group.push(j),
+                    Err(_) => break,
+                }
             }
         }
+        let woke = Instant::now();
         if let Err(e) = begun(&mut conn, &cfg, &shown).await {
             let detail = match e {
                 StoreError::Unavailable { detail } => detail,
