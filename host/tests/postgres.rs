@@ -9,6 +9,7 @@ use common::engine::{pg_client, pg_reader_url, with_database, Engine, TestStore}
 use common::*;
 use keel::store::StoreError;
 use keel::*;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -52,23 +53,10 @@ async fn a_connection_ended_mid_transaction_writes_nothing_and_the_next_write_go
     // Find Keel's backend waiting on that lock and end it.
     let watcher = pg_client(&s.location).await;
     let db = s.database.clone().unwrap();
-    let mut ended = false;
-    for _ in 0..500 {
-        let rows = watcher
-            .query(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-                 WHERE datname = $1 AND application_name = 'keel' AND wait_event_type = 'Lock'",
-                &[&db],
-            )
-            .await
-            .unwrap();
-        if rows.iter().any(|r| r.get::<_, bool>(0)) {
-            ended = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert!(ended, "Keel's transaction never waited on the held row");
+    assert!(
+        end_waiting_backends(&watcher, &db).await,
+        "Keel's transaction never waited on the held row"
+    );
     let err = tokio::time::timeout(Duration::from_secs(30), deciding)
         .await
         .expect("the decision returns once its connection is gone")
@@ -102,6 +90,146 @@ async fn a_connection_ended_mid_transaction_writes_nothing_and_the_next_write_go
     let done = rt.resume(&run_id, c).await.unwrap();
     assert_eq!(done.run.status, RunStatus::Completed);
     assert_eq!(*n.lock().unwrap(), 1, "the approved call ran once");
+}
+
+/// A read-only tool whose calls wait (without holding a thread) until
+/// released.
+struct Gate {
+    entered: Arc<AtomicBool>,
+    release: Arc<AtomicBool>,
+    calls: Arc<AtomicU32>,
+}
+
+#[async_trait::async_trait]
+impl ToolProvider for Gate {
+    fn specs(&self) -> Vec<ToolSpec> {
+        vec![spec("slow", Effect::ReadOnly)]
+    }
+    async fn call(&self, _name: &str, _arguments: &str) -> Result<String, ToolError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        self.entered.store(true, Ordering::SeqCst);
+        while !self.release.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        Ok(r#"{"slow":true}"#.into())
+    }
+}
+
+/// Ends Keel's backends of database `db` that wait on a lock, and waits
+/// until they are gone; false if none waited within five seconds.
+async fn end_waiting_backends(watcher: &tokio_postgres::Client, db: &str) -> bool {
+    for _ in 0..500 {
+        let rows = watcher
+            .query(
+                "SELECT pid, pg_terminate_backend(pid) FROM pg_stat_activity \
+                 WHERE datname = $1 AND application_name = 'keel' AND wait_event_type = 'Lock'",
+                &[&db],
+            )
+            .await
+            .unwrap();
+        let ended: Vec<i32> = rows
+            .iter()
+            .filter(|r| r.get::<_, bool>(1))
+            .map(|r| r.get(0))
+            .collect();
+        if !ended.is_empty() {
+            for _ in 0..3000 {
+                let left: i64 = watcher
+                    .query_one(
+                        "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY($1)",
+                        &[&ended],
+                    )
+                    .await
+                    .unwrap()
+                    .get(0);
+                if left == 0 {
+                    return true;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            panic!("the ended backends {ended:?} did not go away");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    false
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_loop_whose_connection_ends_mid_write_stops_clearly_and_resumes() {
+    let s = TestStore::new(Engine::Postgres).await;
+    let rt = s.runtime().await;
+    let (entered, release, calls) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicU32::new(0)),
+    );
+    let gate = || -> Arc<dyn ToolProvider> {
+        Arc::new(Gate {
+            entered: entered.clone(),
+            release: release.clone(),
+            calls: calls.clone(),
+        })
+    };
+    let script = || {
+        vec![
+            call("slow", r#"{"n":1}"#),
+            Decision::Complete(r#""done""#.into()),
+        ]
+    };
+    let (c, _) = consumers(script(), vec![gate()]);
+    let live = rt.clone();
+    let running = tokio::spawn(async move { live.start("live", Limits::default(), "{}", c).await });
+    while !entered.load(Ordering::SeqCst) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let run_id = rt.store().list_runs(None, 1).await.unwrap()[0].id.clone();
+    let events = s.number("SELECT count(*) FROM events").await;
+
+    // Hold the run's row, let the tool return: the loop's write of the
+    // step's end waits inside its transaction, and its backend is ended.
+    let holder = pg_client(&s.location).await;
+    holder.batch_execute("BEGIN").await.unwrap();
+    holder
+        .query("SELECT id FROM runs WHERE id = $1 FOR UPDATE", &[&run_id])
+        .await
+        .unwrap();
+    release.store(true, Ordering::SeqCst);
+    let watcher = pg_client(&s.location).await;
+    assert!(
+        end_waiting_backends(&watcher, s.database.as_deref().unwrap()).await,
+        "the loop's write never waited on the held row"
+    );
+    // Its transaction died with it; the held row is let go (the loop gives
+    // its lease back on its way out, which waits for the row).
+    holder.batch_execute("ROLLBACK").await.unwrap();
+    let err = tokio::time::timeout(Duration::from_secs(30), running)
+        .await
+        .expect("the loop stops once its connection is gone")
+        .unwrap()
+        .unwrap_err();
+    assert!(
+        matches!(err, DriverError::Store(StoreError::Unavailable { .. })),
+        "the loop stops with a clear error: {err:?}"
+    );
+    assert!(err.to_string().contains("can be resumed"), "{err}");
+
+    // No partial transition: the step is still executing, no event added.
+    assert_eq!(s.number("SELECT count(*) FROM events").await, events);
+    let steps = rt.store().steps(&run_id).await.unwrap();
+    assert_eq!(steps[0].state, StepState::Executing);
+
+    // The database is back (it never left): the run resumes and completes;
+    // the read-only call may run again, as after a crash.
+    let (c, _) = consumers(script(), vec![gate()]);
+    let done = rt.resume_taking_over(&run_id, c, "ops").await.unwrap();
+    assert_eq!(done.run.status, RunStatus::Completed);
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    let ev = rt
+        .store()
+        .events_after(Some(&run_id), 0, 1000)
+        .await
+        .unwrap();
+    assert_eq!(ev.last().unwrap().kind.as_str(), "run.completed");
 }
 
 /// `keel --store URL ARGS…` with the password of `url` never shown.
