@@ -17,6 +17,7 @@ pub mod consumer;
 pub mod driver;
 pub mod model;
 pub mod render;
+pub mod serve;
 pub mod store;
 pub mod tools;
 pub mod types;

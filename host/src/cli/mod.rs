@@ -74,6 +74,46 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Store a run for a server (`keel serve`) to pick up; print its id.
+    #[command(after_help = EXIT_CODES)]
+    Submit {
+        /// The TOML config the server drives the run with (checked now).
+        #[arg(long, short)]
+        config: PathBuf,
+        /// What the run should achieve (at most 1 MiB).
+        #[arg(
+            long,
+            short,
+            required_unless_present = "goal_file",
+            conflicts_with = "goal_file"
+        )]
+        goal: Option<String>,
+        /// Read the goal from this file instead (`-`: standard input), at most 1 MiB.
+        #[arg(long, value_name = "FILE")]
+        goal_file: Option<PathBuf>,
+        /// Print the stored run as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run as a service: claim and drive every run that needs a driver
+    /// (submitted, approved, expired, parked past its retry time, or left
+    /// by a process that died), each with the config it was started with,
+    /// until SIGTERM or SIGINT. A stop claims no more runs and waits for
+    /// the live ones (up to --grace); a second signal exits at once, and
+    /// the runs stay resumable. (The HTTP API is not there yet.)
+    #[command(after_help = EXIT_CODES)]
+    Serve {
+        /// The config whose store to serve (its `store`; --store or
+        /// KEEL_STORE override it). Runs use the config they were started with.
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+        /// Runs driven at once; the rest wait in the store (default: 64 per core).
+        #[arg(long)]
+        max_runs: Option<usize>,
+        /// Seconds a stop waits for live runs.
+        #[arg(long, default_value_t = 30)]
+        grace: u64,
+    },
     /// Drive a paused or interrupted run on: apply an operator's answer,
     /// recover a step interrupted by a crash, or continue.
     #[command(after_help = EXIT_CODES)]
@@ -188,6 +228,7 @@ pub fn main() -> i32 {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

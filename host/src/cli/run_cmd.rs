@@ -6,7 +6,7 @@ use crate::config::{assemble_with_progress, Config};
 use crate::driver::{Operator, Outcome, Runtime};
 use crate::store::{Event, Location, OpenOptions, StoreError};
 use crate::types::{RunStatus, MAX_GOAL_BYTES};
-use anyhow::{anyhow, Context};
+use anyhow::{anyhow, bail, Context};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -22,6 +22,20 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
             let goal = read_goal(goal, goal_file.as_deref())?;
             run(&config, store_flag, &goal, json).await
         }
+        Command::Submit {
+            config,
+            goal,
+            goal_file,
+            json,
+        } => {
+            let goal = read_goal(goal, goal_file.as_deref())?;
+            submit(&config, store_flag, &goal, json).await
+        }
+        Command::Serve {
+            config,
+            max_runs,
+            grace,
+        } => serve(config.as_deref(), store_flag, max_runs, grace).await,
         Command::Resume {
             run_id,
             config,
@@ -203,7 +217,10 @@ async fn decide(
         a.call.tool,
         a.call.arguments
     );
-    say!("resume the run to act on it: keel resume {}", a.run_id);
+    say!(
+        "resume the run to act on it: keel resume {} (a running `keel serve` does it by itself)",
+        a.run_id
+    );
     Ok(exit::OK)
 }
 
@@ -250,6 +267,100 @@ async fn run(
     let out = rt.start(goal, cfg.limits.clone(), &meta, consumers).await?;
     print_outcome(&out, json);
     Ok(exit_for(&out))
+}
+
+async fn submit(
+    config: &Path,
+    store_flag: Option<String>,
+    goal: &str,
+    json: bool,
+) -> anyhow::Result<i32> {
+    let cfg = Config::load(config)?;
+    // The plugins are checked now, so that a server does not find out.
+    crate::config::assemble(&cfg)?;
+    let loc = location(store_flag, Some(&cfg));
+    let store = opening(&loc, crate::store::open(&loc, OpenOptions::default()).await)?;
+    let abs = std::fs::canonicalize(config).unwrap_or_else(|_| config.to_path_buf());
+    let meta = serde_json::json!({ "config": abs.display().to_string() }).to_string();
+    let run = Runtime::on(store)
+        .submit(goal, cfg.limits.clone(), &meta)
+        .await?;
+    if json {
+        println!("{}", serde_json::to_string(&run)?);
+    } else {
+        println!("{}", run.id);
+    }
+    Ok(exit::OK)
+}
+
+async fn serve(
+    config: Option<&Path>,
+    store_flag: Option<String>,
+    max_runs: Option<usize>,
+    grace: u64,
+) -> anyhow::Result<i32> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let cfg = config.map(Config::load).transpose()?;
+    let loc = location(store_flag, cfg.as_ref());
+    let store = opening(&loc, crate::store::open(&loc, OpenOptions::default()).await)?;
+    let mut opts = crate::serve::ServeOptions {
+        grace: std::time::Duration::from_secs(grace),
+        ..Default::default()
+    };
+    if let Some(n) = max_runs {
+        if n == 0 {
+            bail!("--max-runs must be at least 1");
+        }
+        opts.max_runs = n;
+    }
+    let mut term = signal(SignalKind::terminate()).context("listening for SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("listening for SIGINT")?;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+            if tx.send(()).is_err() {
+                break;
+            }
+        }
+    });
+    tracing::info!(store = %loc, max_runs = opts.max_runs, "serving");
+    eprintln!(
+        "keel serve: serving {loc} ({} runs at once); SIGTERM or SIGINT stops",
+        opts.max_runs
+    );
+    let server = crate::serve::Server::new(Runtime::on(store), opts);
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let (now_tx, now_rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        if rx.recv().await.is_some() {
+            eprintln!("keel serve: stopping (a second signal exits at once)");
+            let _ = stop_tx.send(());
+        }
+        if rx.recv().await.is_some() {
+            let _ = now_tx.send(());
+        }
+    });
+    let report = server
+        .serve(
+            async {
+                let _ = stop_rx.await;
+            },
+            async {
+                if now_rx.await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            },
+        )
+        .await;
+    eprintln!(
+        "keel serve: stopped after driving {} runs; {} left live (resumable)",
+        report.driven, report.left_live
+    );
+    Ok(exit::OK)
 }
 
 async fn resume(
