@@ -11,7 +11,59 @@ use keel::*;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-on_both_engines!(a_server_drives_submitted_runs_and_acts_on_approvals_and_stops_on_sigterm);
+on_both_engines!(
+    a_server_drives_submitted_runs_and_acts_on_approvals_and_stops_on_sigterm,
+    a_stopped_server_leaves_runs_at_a_step_boundary_for_the_next,
+);
+
+/// A config whose one run reads `n` files, one a step, no approval.
+fn long_config(dir: &Path, n: usize) -> Option<PathBuf> {
+    let agent = plugin_path("agent-scripted-rust.wasm")?;
+    let policy = plugin_path("policy-rules-rust.wasm")?;
+    let fs = plugin_path("tool-fs-rust.wasm")?;
+    let work = dir.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let mut script = String::new();
+    for i in 0..n {
+        std::fs::write(work.join(format!("f{i}")), format!("{i}")).unwrap();
+        script.push_str(&format!(
+            "  {{ call = {{ tool = \"fs_read\", arguments = {{ path = \"f{i}\" }} }} }},\n"
+        ));
+    }
+    let text = format!(
+        r#"
+[engine]
+cache_dir = "{cache}"
+[model]
+provider = "stub"
+[limits]
+max_steps = {steps}
+[agent]
+component = "{agent}"
+[agent.config]
+script = [
+{script}  {{ complete = {{ read = {n} }} }},
+]
+[policy]
+component = "{policy}"
+[policy.config]
+rules = [{{ tool = "fs_read", action = "allow" }}]
+[[tools]]
+component = "{fs}"
+config = {{ root = "/workspace" }}
+grant = {{ dirs = [{{ host = "{work}", guest = "/workspace", mode = "ro" }}] }}
+"#,
+        cache = dir.join("cache").display(),
+        steps = n + 10,
+        agent = agent.display(),
+        policy = policy.display(),
+        fs = fs.display(),
+        work = work.display(),
+    );
+    let path = dir.join("long.toml");
+    std::fs::write(&path, text).unwrap();
+    Some(path)
+}
 
 /// A quickstart-like config in `dir`: a scripted agent writes a file (an
 /// approval first) and reads it back.
@@ -74,6 +126,43 @@ fn keel(s: &TestStore, args: &[&str]) -> std::process::Output {
         .env_remove("KEEL_STORE")
         .output()
         .unwrap()
+}
+
+fn start_server(s: &TestStore) -> Server {
+    Server(
+        keel_bin()
+            .args(["--store", &s.location, "--log", "info", "serve"])
+            .env_remove("KEEL_STORE")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+/// Sends SIGTERM and waits (30 s at most) for exit 0; returns the log.
+async fn terminate(mut server: Server) -> String {
+    let pid = server.0.id().to_string();
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let since = Instant::now();
+    let status = loop {
+        if let Some(st) = server.0.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            since.elapsed() < Duration::from_secs(30),
+            "the server did not stop"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(server.0.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(0), "{err}");
+    err
 }
 
 /// Waits until every run of `ids` has `status` (a minute at most).
@@ -198,4 +287,69 @@ async fn a_server_drives_submitted_runs_and_acts_on_approvals_and_stops_on_sigte
         !err.contains("\u{1b}["),
         "no colour codes in a log that is not a terminal"
     );
+}
+
+async fn a_stopped_server_leaves_runs_at_a_step_boundary_for_the_next(s: TestStore) {
+    let dir = tempfile::tempdir().unwrap();
+    let n = 1000;
+    let Some(cfg) = long_config(dir.path(), n) else {
+        return;
+    };
+    let o = keel(&s, &["submit", "-c", cfg.to_str().unwrap(), "-g", "read"]);
+    assert_eq!(o.status.code(), Some(0), "{}", output_text(&o));
+    let id = String::from_utf8(o.stdout).unwrap().trim().to_string();
+    let store = s.open().await;
+
+    let first = start_server(&s);
+    let since = Instant::now();
+    while store.run(&id).await.unwrap().step_count < 5 {
+        assert!(
+            since.elapsed() < Duration::from_secs(60),
+            "the run never started"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let log = terminate(first).await;
+    assert!(
+        log.contains("stopped after driving 1 runs; 0 left live"),
+        "{log}"
+    );
+
+    // Left between two steps: running, unleased, every step done but the
+    // next one, which the last write started and nobody decided yet.
+    let run = store.run(&id).await.unwrap();
+    assert_eq!(run.status, RunStatus::Running, "{run:?}");
+    assert!(run.lease_owner.is_none(), "the lease was given back");
+    assert!((run.step_count as usize) < n, "it stopped early: {run:?}");
+    let steps = store.steps(&id).await.unwrap();
+    let (last, before) = steps.split_last().unwrap();
+    assert!(
+        before.iter().all(|st| st.state == StepState::Done),
+        "{steps:?}"
+    );
+    assert!(
+        last.state == StepState::Done
+            || (last.state == StepState::Started && last.decision.is_none()),
+        "{last:?}"
+    );
+
+    // The next server finishes it; no step was done twice.
+    let second = start_server(&s);
+    all_reach(&s, std::slice::from_ref(&id), RunStatus::Completed).await;
+    terminate(second).await;
+    let steps = store.steps(&id).await.unwrap();
+    assert_eq!(steps.len(), n + 1);
+    let reads: std::collections::HashSet<_> = steps
+        .iter()
+        .filter_map(|st| st.call.as_ref().map(|c| c.arguments.clone()))
+        .collect();
+    assert_eq!(reads.len(), n, "each file read in one step");
+    let started = store
+        .events_after(Some(&id), 0, 100_000)
+        .await
+        .unwrap()
+        .iter()
+        .filter(|e| e.kind.as_str() == "step.started")
+        .count();
+    assert_eq!(started, n + 1, "no step started twice");
 }

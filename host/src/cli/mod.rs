@@ -98,9 +98,10 @@ pub enum Command {
     /// Run as a service: claim and drive every run that needs a driver
     /// (submitted, approved, expired, parked past its retry time, or left
     /// by a process that died), each with the config it was started with,
-    /// until SIGTERM or SIGINT. A stop claims no more runs and waits for
-    /// the live ones (up to --grace); a second signal exits at once, and
-    /// the runs stay resumable. (The HTTP API is not there yet.)
+    /// until SIGTERM or SIGINT. A stop claims no more runs and lets each
+    /// live one stop at its next step boundary, its lease given back (up
+    /// to --grace); a second signal exits at once, and the runs stay
+    /// resumable. (The HTTP API is not there yet.)
     #[command(after_help = EXIT_CODES)]
     Serve {
         /// The config whose store to serve (its `store`; --store or
@@ -110,7 +111,7 @@ pub enum Command {
         /// Runs driven at once; the rest wait in the store (default: 64 per core).
         #[arg(long)]
         max_runs: Option<usize>,
-        /// Seconds a stop waits for live runs.
+        /// Seconds a stop waits for live runs to reach a step boundary.
         #[arg(long, default_value_t = 30)]
         grace: u64,
     },

@@ -35,6 +35,8 @@ pub struct Runtime {
     pub(crate) observer: Option<Observer>,
     pub(crate) reload_each_step: bool,
     pub(crate) crash_at: Option<String>,
+    /// Set by [`Runtime::stop_at_next_step`]; shared by the clones.
+    pub(crate) stopping: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// The consumers of one run. They serve this run only.
@@ -106,7 +108,21 @@ impl Runtime {
             observer: None,
             reload_each_step: false,
             crash_at: std::env::var("KEEL_TEST_CRASH_AT").ok(),
+            stopping: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         }
+    }
+
+    /// Asks every loop of this runtime (and its clones) to stop at its
+    /// next step boundary: the step in flight finishes and is committed,
+    /// the lease is given back, and the run stays `running` for whoever
+    /// claims it next. For a service that is shutting down.
+    pub fn stop_at_next_step(&self) {
+        self.stopping
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    pub(crate) fn stopping(&self) -> bool {
+        self.stopping.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {

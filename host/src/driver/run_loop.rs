@@ -712,6 +712,14 @@ impl<'r> Loop<'r> {
                     pending: None,
                 });
             }
+            // A service shutting down: stop between two steps, at a
+            // durable point; `finish` gives the lease back.
+            if self.rt.stopping() {
+                return Ok(Outcome {
+                    run: self.run.clone(),
+                    pending: None,
+                });
+            }
             self.reload_if_asked().await?;
             // A started step is decided now: the write that ended the
             // previous step (or created the run) started it, or a crash

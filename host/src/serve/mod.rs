@@ -109,9 +109,12 @@ impl Server {
                 () = tokio::time::sleep(self.opts.poll), if idle => {}
             }
         }
+        // Each live run stops at its next step boundary and gives its
+        // lease back; another server (or this one, started again) claims it.
+        self.rt.stop_at_next_step();
         tracing::info!(
             live = live.len(),
-            "stopping: no more claims; waiting for live runs"
+            "stopping: no more claims; live runs stop at their next step"
         );
         let waited = async { while live.join_next().await.is_some() {} };
         tokio::select! {
@@ -155,6 +158,11 @@ async fn drive(rt: Runtime, asm: Arc<Assembly>, run: Run) {
     tracing::info!(run = %run.id, status = %run.status.as_str(), "driving");
     match rt.drive_claimed(&run, consumers).await {
         Ok(out) => match out.run.status {
+            RunStatus::Running => tracing::info!(
+                run = %out.run.id,
+                steps = out.run.step_count,
+                "left at a step boundary for the next server"
+            ),
             RunStatus::WaitingForApproval => tracing::info!(
                 run = %out.run.id,
                 approval = %out.pending.as_ref().map_or("", |a| a.id.as_str()),
