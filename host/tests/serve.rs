@@ -128,10 +128,11 @@ fn keel(s: &TestStore, args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
-fn start_server(s: &TestStore) -> Server {
+fn start_server(s: &TestStore, extra: &[&str]) -> Server {
     Server(
         keel_bin()
             .args(["--store", &s.location, "--log", "info", "serve"])
+            .args(extra)
             .env_remove("KEEL_STORE")
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())
@@ -219,23 +220,7 @@ async fn a_server_drives_submitted_runs_and_acts_on_approvals_and_stops_on_sigte
         "only the four"
     );
 
-    let mut server = Server(
-        keel_bin()
-            .args([
-                "--store",
-                &s.location,
-                "--log",
-                "info",
-                "serve",
-                "--max-runs",
-                "2",
-            ])
-            .env_remove("KEEL_STORE")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
+    let server = start_server(&s, &["--max-runs", "2"]);
 
     // The server starts them (two at a time); each pauses for its write.
     all_reach(&s, &ids, RunStatus::WaitingForApproval).await;
@@ -262,26 +247,7 @@ async fn a_server_drives_submitted_runs_and_acts_on_approvals_and_stops_on_sigte
     }
 
     // SIGTERM: it stops claiming and exits 0.
-    let pid = server.0.id().to_string();
-    let killed = std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap();
-    assert!(killed.success());
-    let since = Instant::now();
-    let status = loop {
-        if let Some(st) = server.0.try_wait().unwrap() {
-            break st;
-        }
-        assert!(
-            since.elapsed() < Duration::from_secs(30),
-            "the server did not stop"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
-    let mut err = String::new();
-    std::io::Read::read_to_string(server.0.stderr.as_mut().unwrap(), &mut err).unwrap();
-    assert_eq!(status.code(), Some(0), "{err}");
+    let err = terminate(server).await;
     assert!(err.contains("stopped after driving"), "{err}");
     assert!(
         !err.contains("\u{1b}["),
@@ -300,7 +266,7 @@ async fn a_stopped_server_leaves_runs_at_a_step_boundary_for_the_next(s: TestSto
     let id = String::from_utf8(o.stdout).unwrap().trim().to_string();
     let store = s.open().await;
 
-    let first = start_server(&s);
+    let first = start_server(&s, &[]);
     let since = Instant::now();
     while store.run(&id).await.unwrap().step_count < 5 {
         assert!(
@@ -334,7 +300,7 @@ async fn a_stopped_server_leaves_runs_at_a_step_boundary_for_the_next(s: TestSto
     );
 
     // The next server finishes it; no step was done twice.
-    let second = start_server(&s);
+    let second = start_server(&s, &[]);
     all_reach(&s, std::slice::from_ref(&id), RunStatus::Completed).await;
     terminate(second).await;
     let steps = store.steps(&id).await.unwrap();
