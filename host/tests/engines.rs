@@ -627,6 +627,7 @@ async fn a_crash_at_any_write_point_loses_nothing_and_repeats_no_side_effect(s: 
         "step.executing@1",
         "tool.ran",
         "step.done@1",
+        "step.started@2",
         "step.executing@2",
         "step.done@2",
         "step.executing@3",

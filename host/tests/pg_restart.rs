@@ -29,28 +29,6 @@ impl Drop for Restart {
     }
 }
 
-/// A tool whose calls wait (without holding a thread) until released.
-struct Gate {
-    entered: Arc<AtomicBool>,
-    release: Arc<AtomicBool>,
-    calls: Arc<AtomicU32>,
-}
-
-#[async_trait::async_trait]
-impl ToolProvider for Gate {
-    fn specs(&self) -> Vec<ToolSpec> {
-        vec![spec("slow", Effect::ReadOnly)]
-    }
-    async fn call(&self, _name: &str, _arguments: &str) -> Result<String, ToolError> {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        self.entered.store(true, Ordering::SeqCst);
-        while !self.release.load(Ordering::SeqCst) {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        Ok(r#"{"slow":true}"#.into())
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_restart_fails_no_run_for_good() {
     pg_url();

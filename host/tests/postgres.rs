@@ -92,29 +92,6 @@ async fn a_connection_ended_mid_transaction_writes_nothing_and_the_next_write_go
     assert_eq!(*n.lock().unwrap(), 1, "the approved call ran once");
 }
 
-/// A read-only tool whose calls wait (without holding a thread) until
-/// released.
-struct Gate {
-    entered: Arc<AtomicBool>,
-    release: Arc<AtomicBool>,
-    calls: Arc<AtomicU32>,
-}
-
-#[async_trait::async_trait]
-impl ToolProvider for Gate {
-    fn specs(&self) -> Vec<ToolSpec> {
-        vec![spec("slow", Effect::ReadOnly)]
-    }
-    async fn call(&self, _name: &str, _arguments: &str) -> Result<String, ToolError> {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        self.entered.store(true, Ordering::SeqCst);
-        while !self.release.load(Ordering::SeqCst) {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        Ok(r#"{"slow":true}"#.into())
-    }
-}
-
 /// Ends Keel's backends of database `db` that wait on a lock, and waits
 /// until they are gone; false if none waited within five seconds.
 async fn end_waiting_backends(watcher: &tokio_postgres::Client, db: &str) -> bool {

@@ -50,6 +50,22 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// A run's goal, given inline or read from a file.
+#[derive(Debug, clap::Args)]
+pub struct GoalArgs {
+    /// What the run should achieve; handed to the agent (at most 1 MiB).
+    #[arg(
+        long,
+        short,
+        required_unless_present = "goal_file",
+        conflicts_with = "goal_file"
+    )]
+    pub goal: Option<String>,
+    /// Read the goal from this file instead (`-`: standard input), at most 1 MiB.
+    #[arg(long, value_name = "FILE")]
+    pub goal_file: Option<PathBuf>,
+}
+
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Start a run from a config and a goal; stream its events until it
@@ -59,17 +75,8 @@ pub enum Command {
         /// The TOML config (store, model, agent, policy, tools, limits).
         #[arg(long, short)]
         config: PathBuf,
-        /// What the run should achieve; handed to the agent (at most 1 MiB).
-        #[arg(
-            long,
-            short,
-            required_unless_present = "goal_file",
-            conflicts_with = "goal_file"
-        )]
-        goal: Option<String>,
-        /// Read the goal from this file instead (`-`: standard input), at most 1 MiB.
-        #[arg(long, value_name = "FILE")]
-        goal_file: Option<PathBuf>,
+        #[command(flatten)]
+        goal: GoalArgs,
         /// Print events and the outcome as JSON lines.
         #[arg(long)]
         json: bool,
@@ -80,17 +87,8 @@ pub enum Command {
         /// The TOML config the server drives the run with (checked now).
         #[arg(long, short)]
         config: PathBuf,
-        /// What the run should achieve (at most 1 MiB).
-        #[arg(
-            long,
-            short,
-            required_unless_present = "goal_file",
-            conflicts_with = "goal_file"
-        )]
-        goal: Option<String>,
-        /// Read the goal from this file instead (`-`: standard input), at most 1 MiB.
-        #[arg(long, value_name = "FILE")]
-        goal_file: Option<PathBuf>,
+        #[command(flatten)]
+        goal: GoalArgs,
         /// Print the stored run as JSON.
         #[arg(long)]
         json: bool,

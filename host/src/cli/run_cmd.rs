@@ -13,22 +13,12 @@ use std::sync::Arc;
 pub async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
     let store_flag = cli.store.clone();
     match cli.command {
-        Command::Run {
-            config,
-            goal,
-            goal_file,
-            json,
-        } => {
-            let goal = read_goal(goal, goal_file.as_deref())?;
+        Command::Run { config, goal, json } => {
+            let goal = read_goal(goal.goal, goal.goal_file.as_deref())?;
             run(&config, store_flag, &goal, json).await
         }
-        Command::Submit {
-            config,
-            goal,
-            goal_file,
-            json,
-        } => {
-            let goal = read_goal(goal, goal_file.as_deref())?;
+        Command::Submit { config, goal, json } => {
+            let goal = read_goal(goal.goal, goal.goal_file.as_deref())?;
             submit(&config, store_flag, &goal, json).await
         }
         Command::Serve {

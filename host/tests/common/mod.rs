@@ -143,6 +143,30 @@ pub fn kinds(store: &Store, run_id: &str) -> Vec<String> {
 pub mod engine;
 pub mod wasm;
 
+/// A read-only tool `slow` whose calls wait (without holding a thread)
+/// until `release` is set; it counts its calls and says when one began.
+pub struct Gate {
+    pub entered: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    pub release: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    pub calls: std::sync::Arc<std::sync::atomic::AtomicU32>,
+}
+
+#[async_trait::async_trait]
+impl keel::ToolProvider for Gate {
+    fn specs(&self) -> Vec<keel::ToolSpec> {
+        vec![spec("slow", keel::Effect::ReadOnly)]
+    }
+    async fn call(&self, _name: &str, _arguments: &str) -> Result<String, keel::ToolError> {
+        use std::sync::atomic::Ordering;
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        self.entered.store(true, Ordering::SeqCst);
+        while !self.release.load(Ordering::SeqCst) {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        Ok(r#"{"slow":true}"#.into())
+    }
+}
+
 /// The `keel` binary built for these tests.
 pub fn keel_bin() -> std::process::Command {
     std::process::Command::new(env!("CARGO_BIN_EXE_keel"))
