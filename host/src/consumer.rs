@@ -31,7 +31,37 @@ pub enum TrapKind {
     Other,
 }
 
+/// Plugin traps seen by this process, by kind (in [`TrapKind::ALL`]'s
+/// order), for a service's metrics.
+static TRAPS: [std::sync::atomic::AtomicU64; 7] =
+    [const { std::sync::atomic::AtomicU64::new(0) }; 7];
+
 impl TrapKind {
+    pub const ALL: [TrapKind; 7] = [
+        TrapKind::OutOfFuel,
+        TrapKind::Deadline,
+        TrapKind::MemoryCap,
+        TrapKind::StackOverflow,
+        TrapKind::Panic,
+        TrapKind::BadOutput,
+        TrapKind::Other,
+    ];
+
+    /// Counts one trap of this kind (see [`TrapKind::counts`]).
+    pub fn count(self) {
+        TRAPS[self as usize].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Traps counted by this process so far, by kind.
+    pub fn counts() -> [(TrapKind, u64); 7] {
+        TrapKind::ALL.map(|k| {
+            (
+                k,
+                TRAPS[k as usize].load(std::sync::atomic::Ordering::Relaxed),
+            )
+        })
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             TrapKind::OutOfFuel => "out_of_fuel",

@@ -5,7 +5,8 @@
 mod common;
 
 use common::engine::TestStore;
-use common::wasm::plugin_path;
+use common::http::ServeProcess;
+use common::wasm::{plugin_path, quickstart_config};
 use common::*;
 use keel::*;
 use std::path::{Path, PathBuf};
@@ -65,60 +66,6 @@ grant = {{ dirs = [{{ host = "{work}", guest = "/workspace", mode = "ro" }}] }}
     Some(path)
 }
 
-/// A quickstart-like config in `dir`: a scripted agent writes a file (an
-/// approval first) and reads it back.
-fn config(dir: &Path) -> Option<PathBuf> {
-    let agent = plugin_path("agent-scripted-rust.wasm")?;
-    let policy = plugin_path("policy-rules-rust.wasm")?;
-    let fs = plugin_path("tool-fs-rust.wasm")?;
-    let work = dir.join("work");
-    std::fs::create_dir_all(&work).unwrap();
-    let text = format!(
-        r#"
-[engine]
-cache_dir = "{cache}"
-[model]
-provider = "stub"
-[agent]
-component = "{agent}"
-[agent.config]
-script = [
-  {{ call = {{ tool = "fs_write", arguments = {{ path = "hello.txt", content = "hi" }} }} }},
-  {{ call = {{ tool = "fs_read", arguments = {{ path = "hello.txt" }} }} }},
-  {{ complete = {{ wrote = "hello.txt" }} }},
-]
-[policy]
-component = "{policy}"
-[policy.config]
-rules = [
-  {{ tool = "fs_read", action = "allow" }},
-  {{ effect = ["local-mutation", "remote-mutation", "destructive"], action = "require-approval", reason = "writes need an operator" }},
-]
-[[tools]]
-component = "{fs}"
-config = {{ root = "/workspace" }}
-grant = {{ dirs = [{{ host = "{work}", guest = "/workspace", mode = "rw" }}] }}
-"#,
-        cache = dir.join("cache").display(),
-        agent = agent.display(),
-        policy = policy.display(),
-        fs = fs.display(),
-        work = work.display(),
-    );
-    let path = dir.join("keel.toml");
-    std::fs::write(&path, text).unwrap();
-    Some(path)
-}
-
-/// The server's process, killed if the test ends without stopping it.
-struct Server(std::process::Child);
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn keel(s: &TestStore, args: &[&str]) -> std::process::Output {
     keel_bin()
         .args(["--store", &s.location])
@@ -128,42 +75,14 @@ fn keel(s: &TestStore, args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
-fn start_server(s: &TestStore, extra: &[&str]) -> Server {
-    Server(
-        keel_bin()
-            .args(["--store", &s.location, "--log", "info", "serve"])
-            .args(extra)
-            .env_remove("KEEL_STORE")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap(),
-    )
+fn start_server(s: &TestStore, extra: &[&str]) -> ServeProcess {
+    ServeProcess::start(&s.location, extra)
 }
 
-/// Sends SIGTERM and waits (30 s at most) for exit 0; returns the log.
-async fn terminate(mut server: Server) -> String {
-    let pid = server.0.id().to_string();
-    let killed = std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap();
-    assert!(killed.success());
-    let since = Instant::now();
-    let status = loop {
-        if let Some(st) = server.0.try_wait().unwrap() {
-            break st;
-        }
-        assert!(
-            since.elapsed() < Duration::from_secs(30),
-            "the server did not stop"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
-    let mut err = String::new();
-    std::io::Read::read_to_string(server.0.stderr.as_mut().unwrap(), &mut err).unwrap();
-    assert_eq!(status.code(), Some(0), "{err}");
-    err
+async fn terminate(server: ServeProcess) -> String {
+    tokio::task::spawn_blocking(move || server.terminate())
+        .await
+        .unwrap()
 }
 
 /// Waits until every run of `ids` has `status` (a minute at most).
@@ -191,7 +110,7 @@ async fn all_reach(s: &TestStore, ids: &[String], status: RunStatus) {
 
 async fn a_server_drives_submitted_runs_and_acts_on_approvals_and_stops_on_sigterm(s: TestStore) {
     let dir = tempfile::tempdir().unwrap();
-    let Some(cfg) = config(dir.path()) else {
+    let Some(cfg) = quickstart_config(dir.path(), "") else {
         return;
     };
     let cfg = cfg.to_str().unwrap();

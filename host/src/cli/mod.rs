@@ -5,6 +5,7 @@ mod bench_cmd;
 mod output;
 mod plugin_cmd;
 mod run_cmd;
+mod serve_cmd;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -43,11 +44,21 @@ pub struct Cli {
     /// (default: the config's `store`, else ./keel.db).
     #[arg(long, global = true, env = "KEEL_STORE", hide_env_values = true)]
     pub store: Option<String>,
-    /// Log level for keel's own diagnostics on stderr (error, warn, info, debug).
-    #[arg(long, global = true, default_value = "warn", env = "KEEL_LOG")]
-    pub log: String,
+    /// Log level for keel's own diagnostics on stderr (error, warn, info,
+    /// debug; default: info for `serve`, warn otherwise).
+    #[arg(long, global = true, env = "KEEL_LOG")]
+    pub log: Option<String>,
+    /// How log lines are written: `text`, or `json` (one object a line).
+    #[arg(long, global = true, value_enum, default_value = "text")]
+    pub log_format: LogFormat,
     #[command(subcommand)]
     pub command: Command,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
 }
 
 /// A run's goal, given inline or read from a file.
@@ -96,23 +107,13 @@ pub enum Command {
     /// Run as a service: claim and drive every run that needs a driver
     /// (submitted, approved, expired, parked past its retry time, or left
     /// by a process that died), each with the config it was started with,
-    /// until SIGTERM or SIGINT. A stop claims no more runs and lets each
-    /// live one stop at its next step boundary, its lease given back (up
-    /// to --grace); a second signal exits at once, and the runs stay
-    /// resumable. (The HTTP API is not there yet.)
+    /// and serve the HTTP API and the operators' page (docs/api.md) until
+    /// SIGTERM or SIGINT. A stop closes the API, claims no more runs and
+    /// lets each live one stop at its next step boundary, its lease given
+    /// back (up to --grace); a second signal exits at once, and the runs
+    /// stay resumable.
     #[command(after_help = EXIT_CODES)]
-    Serve {
-        /// The config whose store to serve (its `store`; --store or
-        /// KEEL_STORE override it). Runs use the config they were started with.
-        #[arg(long, short)]
-        config: Option<PathBuf>,
-        /// Runs driven at once; the rest wait in the store (default: 64 per core).
-        #[arg(long)]
-        max_runs: Option<usize>,
-        /// Seconds a stop waits for live runs to reach a step boundary.
-        #[arg(long, default_value_t = 30)]
-        grace: u64,
-    },
+    Serve(serve_cmd::ServeArgs),
     /// Drive a paused or interrupted run on: apply an operator's answer,
     /// recover a step interrupted by a crash, or continue.
     #[command(after_help = EXIT_CODES)]
@@ -222,13 +223,25 @@ pub fn main() -> i32 {
             };
         }
     };
-    let filter = tracing_subscriber::EnvFilter::try_new(&cli.log)
+    let level = cli.log.clone().unwrap_or_else(|| {
+        if matches!(cli.command, Command::Serve(_)) {
+            "info"
+        } else {
+            "warn"
+        }
+        .to_string()
+    });
+    let filter = tracing_subscriber::EnvFilter::try_new(&level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
+        .with_writer(std::io::stderr);
+    let _ = match cli.log_format {
+        LogFormat::Json => logs.json().try_init(),
+        LogFormat::Text => logs
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .try_init(),
+    };
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -6,7 +6,7 @@ use crate::config::{assemble_with_progress, Config};
 use crate::driver::{Operator, Outcome, Runtime};
 use crate::store::{Event, Location, OpenOptions, StoreError};
 use crate::types::{RunStatus, MAX_GOAL_BYTES};
-use anyhow::{anyhow, bail, Context};
+use anyhow::{anyhow, Context};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -21,11 +21,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
             let goal = read_goal(goal.goal, goal.goal_file.as_deref())?;
             submit(&config, store_flag, &goal, json).await
         }
-        Command::Serve {
-            config,
-            max_runs,
-            grace,
-        } => serve(config.as_deref(), store_flag, max_runs, grace).await,
+        Command::Serve(args) => super::serve_cmd::serve(args, store_flag).await,
         Command::Resume {
             run_id,
             config,
@@ -93,7 +89,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
 
 /// The store named by `--store`/`KEEL_STORE`, else the config's, else
 /// `./keel.db`.
-fn location(flag: Option<String>, cfg: Option<&Config>) -> Location {
+pub(super) fn location(flag: Option<String>, cfg: Option<&Config>) -> Location {
     match (flag, cfg) {
         (Some(f), _) => Location::parse(&f),
         (None, Some(cfg)) => cfg.store_location(),
@@ -103,7 +99,7 @@ fn location(flag: Option<String>, cfg: Option<&Config>) -> Location {
 
 /// `r`'s error, said to be about opening the store at `loc` unless it names
 /// the store already.
-fn opening<T>(loc: &Location, r: Result<T, StoreError>) -> anyhow::Result<T> {
+pub(super) fn opening<T>(loc: &Location, r: Result<T, StoreError>) -> anyhow::Result<T> {
     r.map_err(|e| {
         let shown = loc.redacted();
         if e.to_string().contains(&shown) {
@@ -280,76 +276,6 @@ async fn submit(
     } else {
         println!("{}", run.id);
     }
-    Ok(exit::OK)
-}
-
-async fn serve(
-    config: Option<&Path>,
-    store_flag: Option<String>,
-    max_runs: Option<usize>,
-    grace: u64,
-) -> anyhow::Result<i32> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let cfg = config.map(Config::load).transpose()?;
-    let loc = location(store_flag, cfg.as_ref());
-    let store = opening(&loc, crate::store::open(&loc, OpenOptions::default()).await)?;
-    let mut opts = crate::serve::ServeOptions {
-        grace: std::time::Duration::from_secs(grace),
-        ..Default::default()
-    };
-    if let Some(n) = max_runs {
-        if n == 0 {
-            bail!("--max-runs must be at least 1");
-        }
-        opts.max_runs = n;
-    }
-    let mut term = signal(SignalKind::terminate()).context("listening for SIGTERM")?;
-    let mut int = signal(SignalKind::interrupt()).context("listening for SIGINT")?;
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<()>();
-    tokio::spawn(async move {
-        loop {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = int.recv() => {}
-            }
-            if tx.send(()).is_err() {
-                break;
-            }
-        }
-    });
-    tracing::info!(store = %loc, max_runs = opts.max_runs, "serving");
-    eprintln!(
-        "keel serve: serving {loc} ({} runs at once); SIGTERM or SIGINT stops",
-        opts.max_runs
-    );
-    let server = crate::serve::Server::new(Runtime::on(store), opts);
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let (now_tx, now_rx) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(async move {
-        if rx.recv().await.is_some() {
-            eprintln!("keel serve: stopping (a second signal exits at once)");
-            let _ = stop_tx.send(());
-        }
-        if rx.recv().await.is_some() {
-            let _ = now_tx.send(());
-        }
-    });
-    let report = server
-        .serve(
-            async {
-                let _ = stop_rx.await;
-            },
-            async {
-                if now_rx.await.is_err() {
-                    std::future::pending::<()>().await;
-                }
-            },
-        )
-        .await;
-    eprintln!(
-        "keel serve: stopped after driving {} runs; {} left live (resumable)",
-        report.driven, report.left_live
-    );
     Ok(exit::OK)
 }
 

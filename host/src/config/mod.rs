@@ -28,9 +28,34 @@ pub struct Config {
     pub policy: PluginConfig,
     #[serde(default)]
     pub tools: Vec<ToolConfig>,
+    /// How `keel serve` serves, when started with this config.
+    #[serde(default)]
+    pub serve: ServeConfig,
     /// Where the file was read from; relative paths are resolved against its folder.
     #[serde(skip)]
     pub path: PathBuf,
+}
+
+/// The `[serve]` section: `keel serve`'s listener, its operators and the
+/// configs clients may start runs with.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServeConfig {
+    /// Address to listen on (default `127.0.0.1:8700`; `--listen` overrides).
+    pub listen: Option<String>,
+    /// Runs driven at once (default: 64 per core; `--max-runs` overrides).
+    pub max_runs: Option<usize>,
+    /// The operators' tokens (`NAME ROLE SHA256` lines), relative to this
+    /// file. Without it the server listens on loopback only.
+    pub tokens_file: Option<PathBuf>,
+    /// More configs clients may start runs with, by name, relative to this
+    /// file (this config itself is `default`).
+    pub configs: std::collections::BTreeMap<String, PathBuf>,
+    /// The largest request body in bytes (default: the goal limit + 64 KiB).
+    pub max_body_bytes: Option<usize>,
+    /// How long a connection may take to send a request's headers, and
+    /// stay idle between requests, in ms (default 10 000).
+    pub header_timeout_ms: Option<u64>,
 }
 
 fn default_store() -> String {

@@ -118,18 +118,36 @@ pub struct Event {
     pub at: i64,
 }
 
+/// Which runs to list, newest first: a page of the runs with `status`
+/// (any if `None`) whose goal contains `goal_contains`, created before the
+/// run `before` (the last run of the previous page).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunQuery {
+    pub status: Option<RunStatus>,
+    pub limit: u32,
+    pub before: Option<String>,
+    pub goal_contains: Option<String>,
+}
+
 /// Operators' reads of a store: runs, their steps, approvals, journal and
 /// model calls. Read-only handles implement only this.
 #[async_trait::async_trait]
 pub trait RunReader: Send + std::marker::Sync {
     /// The run, or `None` when there is no such run.
     async fn get_run(&self, id: &str) -> Result<Option<Run>, StoreError>;
-    /// The newest runs first, at most `limit`, with `status` if given.
-    async fn list_runs(
+    /// A page of runs, newest first ([`RunQuery`]).
+    async fn find_runs(&self, q: &RunQuery) -> Result<Vec<Run>, StoreError>;
+    /// Approvals of every run with `status` (any if `None`), oldest first,
+    /// at most `limit`.
+    async fn list_approvals(
         &self,
-        status: Option<RunStatus>,
+        status: Option<ApprovalStatus>,
         limit: u32,
-    ) -> Result<Vec<Run>, StoreError>;
+    ) -> Result<Vec<Approval>, StoreError>;
+    /// How many runs are in each status (statuses with none are left out).
+    async fn count_runs(&self) -> Result<Vec<(RunStatus, u64)>, StoreError>;
+    /// The number of the newest event in the journal (0 when it is empty).
+    async fn last_event_seq(&self) -> Result<i64, StoreError>;
     async fn steps(&self, run_id: &str) -> Result<Vec<Step>, StoreError>;
     async fn approvals(&self, run_id: &str) -> Result<Vec<Approval>, StoreError>;
     async fn approval(&self, id: &str) -> Result<Approval, StoreError>;
@@ -144,6 +162,20 @@ pub trait RunReader: Send + std::marker::Sync {
     async fn model_calls(&self, run_id: &str) -> Result<Vec<StoredModelCall>, StoreError>;
     /// How many events the journal holds, every run's.
     async fn count_events(&self) -> Result<u64, StoreError>;
+
+    /// The newest runs first, at most `limit`, with `status` if given.
+    async fn list_runs(
+        &self,
+        status: Option<RunStatus>,
+        limit: u32,
+    ) -> Result<Vec<Run>, StoreError> {
+        self.find_runs(&RunQuery {
+            status,
+            limit,
+            ..RunQuery::default()
+        })
+        .await
+    }
 
     /// The run, or [`StoreError::RunNotFound`].
     async fn run(&self, id: &str) -> Result<Run, StoreError> {

@@ -80,6 +80,7 @@ fn deadline(store: &Store<HostState>) -> Arc<CallDeadline> {
 
 fn trapped(store: &Store<HostState>, e: &wasmtime::Error) -> ConsumerError {
     let (kind, message) = classify(e, &store.data().stderr_text());
+    kind.count();
     ConsumerError::Trapped {
         kind,
         message: format!("{}: {message}", store.data().plugin),
@@ -88,12 +89,15 @@ fn trapped(store: &Store<HostState>, e: &wasmtime::Error) -> ConsumerError {
 
 fn too_big(store: &Store<HostState>, what: &str, len: usize) -> Option<ConsumerError> {
     let max = store.data().plugin_limits.max_output_bytes;
-    (len > max).then(|| ConsumerError::Trapped {
-        kind: TrapKind::BadOutput,
-        message: format!(
-            "{}: {what} of {len} bytes exceeds the plugin's output limit of {max} bytes",
-            store.data().plugin
-        ),
+    (len > max).then(|| {
+        TrapKind::BadOutput.count();
+        ConsumerError::Trapped {
+            kind: TrapKind::BadOutput,
+            message: format!(
+                "{}: {what} of {len} bytes exceeds the plugin's output limit of {max} bytes",
+                store.data().plugin
+            ),
+        }
     })
 }
 

@@ -141,6 +141,7 @@ pub fn kinds(store: &Store, run_id: &str) -> Vec<String> {
         .collect()
 }
 pub mod engine;
+pub mod http;
 pub mod wasm;
 
 /// A read-only tool `slow` whose calls wait (without holding a thread)

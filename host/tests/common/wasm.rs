@@ -3,7 +3,7 @@
 
 use keel::wasm::{EngineOptions, Plugin, WasmHost, World};
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// Where `make plugins` put the components.
@@ -93,4 +93,50 @@ component = "{echo}"
     let p = dir.join(file);
     std::fs::write(&p, cfg).unwrap();
     Some(p)
+}
+
+/// A quickstart-like config in `dir`: a scripted agent writes a file (an
+/// approval first) and reads it back. `more` is appended (a `[serve]`
+/// section, say).
+pub fn quickstart_config(dir: &Path, more: &str) -> Option<PathBuf> {
+    let agent = plugin_path("agent-scripted-rust.wasm")?;
+    let policy = plugin_path("policy-rules-rust.wasm")?;
+    let fs = plugin_path("tool-fs-rust.wasm")?;
+    let work = dir.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let text = format!(
+        r#"
+[engine]
+cache_dir = "{cache}"
+[model]
+provider = "stub"
+[agent]
+component = "{agent}"
+[agent.config]
+script = [
+  {{ call = {{ tool = "fs_write", arguments = {{ path = "hello.txt", content = "hi" }} }} }},
+  {{ call = {{ tool = "fs_read", arguments = {{ path = "hello.txt" }} }} }},
+  {{ complete = {{ wrote = "hello.txt" }} }},
+]
+[policy]
+component = "{policy}"
+[policy.config]
+rules = [
+  {{ tool = "fs_read", action = "allow" }},
+  {{ effect = ["local-mutation", "remote-mutation", "destructive"], action = "require-approval", reason = "writes need an operator" }},
+]
+[[tools]]
+component = "{fs}"
+config = {{ root = "/workspace" }}
+grant = {{ dirs = [{{ host = "{work}", guest = "/workspace", mode = "rw" }}] }}
+"#,
+        cache = dir.join("cache").display(),
+        agent = agent.display(),
+        policy = policy.display(),
+        fs = fs.display(),
+        work = work.display(),
+    ) + more;
+    let path = dir.join("keel.toml");
+    std::fs::write(&path, text).unwrap();
+    Some(path)
 }

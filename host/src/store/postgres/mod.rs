@@ -44,6 +44,9 @@ static GET_RUN: LazyLock<String> =
 static LIST_RUNS: LazyLock<String> = LazyLock::new(|| {
     format!(
         "SELECT {} FROM runs WHERE ($1::text IS NULL OR status = $1)
+           AND ($3::text IS NULL OR (created_at, id) <
+                (SELECT b.created_at, b.id FROM runs b WHERE b.id = $3))
+           AND ($4::text IS NULL OR strpos(goal, $4) > 0)
          ORDER BY created_at DESC, id DESC LIMIT $2",
         rows::RUN_COLUMNS
     )
@@ -57,6 +60,13 @@ static STEPS: LazyLock<String> = LazyLock::new(|| {
 static APPROVALS: LazyLock<String> = LazyLock::new(|| {
     format!(
         "SELECT {} FROM approvals WHERE run_id = $1 ORDER BY created_at, id",
+        rows::APPROVAL_COLUMNS
+    )
+});
+static LIST_APPROVALS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT {} FROM approvals WHERE ($1::text IS NULL OR status = $1)
+         ORDER BY created_at, id LIMIT $2",
         rows::APPROVAL_COLUMNS
     )
 });
@@ -270,17 +280,51 @@ impl RunReader for PgStore {
         let rows = c.query(GET_RUN.as_str(), &[&id]).await?;
         rows.first().map(read_run).transpose()
     }
-    async fn list_runs(
+    async fn find_runs(&self, q: &super::RunQuery) -> Result<Vec<Run>, StoreError> {
+        let c = self.inner.pool.get().await?;
+        let status = q.status.map(|s| s.as_str());
+        let rows = c
+            .query(
+                LIST_RUNS.as_str(),
+                &[&status, &i64::from(q.limit), &q.before, &q.goal_contains],
+            )
+            .await?;
+        rows.iter().map(read_run).collect()
+    }
+    async fn list_approvals(
         &self,
-        status: Option<RunStatus>,
+        status: Option<ApprovalStatus>,
         limit: u32,
-    ) -> Result<Vec<Run>, StoreError> {
+    ) -> Result<Vec<Approval>, StoreError> {
         let c = self.inner.pool.get().await?;
         let status = status.map(|s| s.as_str());
         let rows = c
-            .query(LIST_RUNS.as_str(), &[&status, &i64::from(limit)])
+            .query(LIST_APPROVALS.as_str(), &[&status, &i64::from(limit)])
             .await?;
-        rows.iter().map(read_run).collect()
+        rows.iter().map(read_approval).collect()
+    }
+    async fn count_runs(&self) -> Result<Vec<(RunStatus, u64)>, StoreError> {
+        let c = self.inner.pool.get().await?;
+        let rows = c
+            .query("SELECT status, count(*) FROM runs GROUP BY status", &[])
+            .await?;
+        let bad = |e: tokio_postgres::Error| StoreError::BadRow(e.to_string());
+        let mut out = Vec::new();
+        for r in &rows {
+            let status: String = r.try_get(0).map_err(bad)?;
+            let n: i64 = r.try_get(1).map_err(bad)?;
+            out.push((status.parse().map_err(StoreError::BadRow)?, n as u64));
+        }
+        Ok(out)
+    }
+    async fn last_event_seq(&self) -> Result<i64, StoreError> {
+        let c = self.inner.pool.get().await?;
+        let rows = c
+            .query("SELECT COALESCE(MAX(seq), 0)::bigint FROM events", &[])
+            .await?;
+        rows.first()
+            .map_or(Ok(0), |r| r.try_get(0))
+            .map_err(|e| StoreError::BadRow(e.to_string()))
     }
     async fn steps(&self, run_id: &str) -> Result<Vec<Step>, StoreError> {
         let c = self.inner.pool.get().await?;

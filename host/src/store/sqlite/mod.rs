@@ -382,15 +382,72 @@ impl Store {
 
     /// Runs, newest first.
     pub fn list_runs(&self, status: Option<RunStatus>, limit: u32) -> Result<Vec<Run>, StoreError> {
+        self.find_runs(&crate::store::RunQuery {
+            status,
+            limit,
+            ..Default::default()
+        })
+    }
+
+    /// A page of runs, newest first (see [`crate::store::RunQuery`]).
+    pub fn find_runs(&self, q: &crate::store::RunQuery) -> Result<Vec<Run>, StoreError> {
         let mut stmt = self.conn.prepare_cached(&format!(
-            "SELECT {RUN_COLUMNS} FROM runs WHERE (?1 IS NULL OR status=?1) ORDER BY created_at DESC, id DESC LIMIT ?2"
+            "SELECT {RUN_COLUMNS} FROM runs WHERE (?1 IS NULL OR status=?1)
+               AND (?3 IS NULL OR (created_at, id) < (SELECT b.created_at, b.id FROM runs b WHERE b.id=?3))
+               AND (?4 IS NULL OR instr(goal, ?4) > 0)
+             ORDER BY created_at DESC, id DESC LIMIT ?2"
         ))?;
-        let mut rows = stmt.query(params![status.map(|s| s.as_str()), limit])?;
+        let mut rows = stmt.query(params![
+            q.status.map(|s| s.as_str()),
+            q.limit,
+            q.before,
+            q.goal_contains
+        ])?;
         let mut out = Vec::new();
         while let Some(r) = rows.next()? {
             out.push(read_run(r)?);
         }
         Ok(out)
+    }
+
+    /// Approvals of every run with `status` (any if `None`), oldest first.
+    pub fn list_approvals(
+        &self,
+        status: Option<ApprovalStatus>,
+        limit: u32,
+    ) -> Result<Vec<Approval>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {APPROVAL_COLUMNS} FROM approvals WHERE (?1 IS NULL OR status=?1)
+             ORDER BY created_at, id LIMIT ?2"
+        ))?;
+        let rows = stmt.query_map(
+            params![status.map(|s| s.as_str()), limit],
+            ApprovalRow::read,
+        )?;
+        rows.map(|r| r.map_err(StoreError::from).and_then(|r| r.decode()))
+            .collect()
+    }
+
+    /// How many runs are in each status.
+    pub fn count_runs(&self) -> Result<Vec<(RunStatus, u64)>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT status, count(*) FROM runs GROUP BY status")?;
+        let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
+        let mut out = Vec::new();
+        for r in rows {
+            let (status, n) = r?;
+            let status: RunStatus = status.parse().map_err(StoreError::BadRow)?;
+            out.push((status, n as u64));
+        }
+        Ok(out)
+    }
+
+    /// The newest event's number (0 when there is none).
+    pub fn last_event_seq(&self) -> Result<i64, StoreError> {
+        Ok(self
+            .conn
+            .query_row("SELECT COALESCE(MAX(seq), 0) FROM events", [], |r| r.get(0))?)
     }
 
     pub fn step_rows(&self, run_id: &str) -> Result<Vec<StepRow>, StoreError> {

@@ -241,12 +241,22 @@ impl crate::store::RunReader for StoreHandle {
         let id = id.to_string();
         self.with(move |s| s.get_run(&id)).await?
     }
-    async fn list_runs(
+    async fn find_runs(&self, q: &crate::store::RunQuery) -> Result<Vec<Run>, StoreError> {
+        let q = q.clone();
+        self.with(move |s| s.find_runs(&q)).await?
+    }
+    async fn list_approvals(
         &self,
-        status: Option<crate::types::RunStatus>,
+        status: Option<crate::types::ApprovalStatus>,
         limit: u32,
-    ) -> Result<Vec<Run>, StoreError> {
-        self.with(move |s| s.list_runs(status, limit)).await?
+    ) -> Result<Vec<crate::types::Approval>, StoreError> {
+        self.with(move |s| s.list_approvals(status, limit)).await?
+    }
+    async fn count_runs(&self) -> Result<Vec<(crate::types::RunStatus, u64)>, StoreError> {
+        self.with(move |s| s.count_runs()).await?
+    }
+    async fn last_event_seq(&self) -> Result<i64, StoreError> {
+        self.with(move |s| s.last_event_seq()).await?
     }
     async fn steps(&self, run_id: &str) -> Result<Vec<Step>, StoreError> {
         let id = run_id.to_string();
