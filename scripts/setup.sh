@@ -5,9 +5,10 @@
 # Python, componentize-js for JavaScript. When everything is present it only
 # checks, in about a second.
 #
-# With --test it also installs the real servers the test suite runs
-# against: LiteLLM's proxy, in a virtualenv of its own in the user's cache
-# (shared by every checkout, keyed by its pinned requirements), linked as
+# With --test it also installs what the test suite runs against:
+# Debian's Chromium and ChromeDriver for the page, and LiteLLM's proxy
+# in a virtualenv of its own in the user's cache (shared by every
+# checkout, keyed by its pinned requirements), linked as
 # target/tools/litellm.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -73,6 +74,9 @@ if [ ! -f "$stamp" ] || [ scripts/js/package-lock.json -nt "$stamp" ]; then
 fi
 
 [ "${1:-}" = "--test" ] || exit 0
+
+# The operators' page is tested in Debian's Chromium through its WebDriver.
+apt_install chromium chromium-driver
 
 # LiteLLM's proxy: a virtualenv per version of its pinned requirements.
 req=scripts/requirements-litellm.txt

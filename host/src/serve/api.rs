@@ -66,6 +66,7 @@ pub fn router(api: Api) -> Router {
         .route("/api/approvals", get(list_approvals))
         .route("/api/approvals/{id}/approve", post(approve))
         .route("/api/approvals/{id}/deny", post(deny))
+        .route("/api/me", get(me))
         .route("/metrics", get(metrics))
         .route_layer(middleware::from_fn_with_state(api.clone(), authenticate));
     Router::new()
@@ -186,6 +187,11 @@ async fn healthz(State(api): State<Shared>) -> Response {
         Ok(_) => json(StatusCode::OK, serde_json::json!({ "ok": true })),
         Err(e) => ApiError::from(e).into_response(),
     }
+}
+
+/// Who the token belongs to, for the page to offer only what it may do.
+async fn me(Extension(caller): Extension<Caller>) -> Response {
+    json(StatusCode::OK, caller)
 }
 
 async fn metrics(State(api): State<Shared>) -> Result<Response, ApiError> {

@@ -166,9 +166,34 @@ pub fn request(
         // The server may answer (413) and close before reading it all.
         let _ = s.write_all(b);
     }
+    parse(&read_reply(&mut s))
+}
+
+/// Reads one answer: up to its `Content-Length`, the end of its chunks, or
+/// the connection's end (some peers keep it open despite `close`).
+fn read_reply(s: &mut TcpStream) -> Vec<u8> {
     let mut raw = Vec::new();
-    let _ = s.read_to_end(&mut raw);
-    parse(&raw)
+    let mut buf = [0u8; 16 * 1024];
+    loop {
+        if let Some(end) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&raw[..end]).to_ascii_lowercase();
+            let body = &raw[end + 4..];
+            let length = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse::<usize>().ok());
+            if length.is_some_and(|n| body.len() >= n) {
+                return raw;
+            }
+            if head.contains("transfer-encoding: chunked") && body.ends_with(b"0\r\n\r\n") {
+                return raw;
+            }
+        }
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => return raw,
+            Ok(n) => raw.extend_from_slice(&buf[..n]),
+        }
+    }
 }
 
 fn parse(raw: &[u8]) -> Reply {
