@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 on_both_engines!(
     a_server_drives_submitted_runs_and_acts_on_approvals_and_stops_on_sigterm,
     a_stopped_server_leaves_runs_at_a_step_boundary_for_the_next,
+    a_killed_servers_runs_are_finished_by_the_others_and_no_effect_runs_twice,
 );
 
 /// A config whose one run reads `n` files, one a step, no approval.
@@ -237,4 +238,187 @@ async fn a_stopped_server_leaves_runs_at_a_step_boundary_for_the_next(s: TestSto
         .filter(|e| e.kind.as_str() == "step.started")
         .count();
     assert_eq!(started, n + 1, "no step started twice");
+}
+
+/// A config whose runs each append a line to `work/log` `writes` times
+/// (allowed, no approval), then complete; leases of 1.5 s.
+fn append_config(dir: &Path, writes: usize) -> Option<PathBuf> {
+    let agent = plugin_path("agent-scripted-rust.wasm")?;
+    let policy = plugin_path("policy-rules-rust.wasm")?;
+    let fs = plugin_path("tool-fs-rust.wasm")?;
+    let work = dir.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    // Each write differs, so that the identical-call limit does not trip.
+    let script: String = (0..writes)
+        .map(|i| format!("  {{ call = {{ tool = \"fs_write\", arguments = {{ path = \"log\", content = \"write {i}\\n\", append = true }} }} }},\n"))
+        .collect();
+    let text = format!(
+        r#"
+[engine]
+cache_dir = "{cache}"
+[model]
+provider = "stub"
+[agent]
+component = "{agent}"
+[agent.config]
+script = [
+{script}  {{ complete = {{ done = true }} }},
+]
+[policy]
+component = "{policy}"
+[policy.config]
+rules = [{{ tool = "fs_write", action = "allow" }}]
+[[tools]]
+component = "{fs}"
+config = {{ root = "/workspace" }}
+grant = {{ dirs = [{{ host = "{work}", guest = "/workspace", mode = "rw" }}] }}
+[serve]
+lease_ms = 1500
+"#,
+        cache = dir.join("cache").display(),
+        agent = agent.display(),
+        script = script,
+        policy = policy.display(),
+        fs = fs.display(),
+        work = work.display(),
+    );
+    let path = dir.join("append.toml");
+    std::fs::write(&path, text).unwrap();
+    Some(path)
+}
+
+async fn a_killed_servers_runs_are_finished_by_the_others_and_no_effect_runs_twice(s: TestStore) {
+    let servers = match s.engine {
+        common::engine::Engine::Sqlite => 2,
+        common::engine::Engine::Postgres => 3,
+    };
+    let (runs, writes) = (50, 4);
+    let dir = tempfile::tempdir().unwrap();
+    let Some(cfg) = append_config(dir.path(), writes) else {
+        return;
+    };
+    let cfg = cfg.to_str().unwrap().to_string();
+    let mut live: Vec<ServeProcess> = (0..servers)
+        .map(|_| ServeProcess::start(&s.location, &["-c", &cfg]))
+        .collect();
+    let mut ids = Vec::new();
+    for i in 0..runs {
+        let r = live[0].post("/api/runs", None, &format!(r#"{{"goal":"append {i}"}}"#));
+        assert_eq!(r.status, 201, "{}", r.body);
+        ids.push(r.json()["id"].as_str().unwrap().to_string());
+    }
+
+    // SIGKILL the first server a quarter of the way through.
+    let store = s.open().await;
+    let since = Instant::now();
+    loop {
+        let done = store.events_after(None, 0, 100_000).await.unwrap();
+        let n = done.iter().filter(|e| e.kind == "step.done").count();
+        if n >= runs * (writes + 1) / 4 {
+            break;
+        }
+        assert!(
+            since.elapsed() < Duration::from_secs(60),
+            "the servers never got going ({n} steps)"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let killed = live.remove(0);
+    let pid = killed.child.id().to_string();
+    assert!(std::process::Command::new("kill")
+        .args(["-KILL", &pid])
+        .status()
+        .unwrap()
+        .success());
+    drop(killed);
+
+    // The others finish every run, or leave it waiting for an operator.
+    let since = Instant::now();
+    loop {
+        let mut settled = 0;
+        for id in &ids {
+            let st = store.run(id).await.unwrap().status;
+            if st == RunStatus::Completed || st == RunStatus::WaitingForApproval {
+                settled += 1;
+            }
+        }
+        if settled == runs {
+            break;
+        }
+        if since.elapsed() > Duration::from_secs(90) {
+            let mut stuck = Vec::new();
+            for id in &ids {
+                let r = store.run(id).await.unwrap();
+                if r.status != RunStatus::Completed && r.status != RunStatus::WaitingForApproval {
+                    stuck.push(format!(
+                        "{} {} steps={} lease={:?}/{:?}",
+                        r.id, r.status, r.step_count, r.lease_owner, r.lease_expires
+                    ));
+                }
+            }
+            let logs: Vec<String> = live.iter().map(|l| l.log.lock().unwrap().clone()).collect();
+            let tail: String = logs
+                .iter()
+                .map(|l| l.lines().rev().take(15).collect::<Vec<_>>().join("\n"))
+                .collect::<Vec<_>>()
+                .join("\n----\n");
+            panic!(
+                "{settled} of {runs} runs settled; stuck: {stuck:#?}\nlogs (newest first):\n{tail}"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let (mut recorded, mut interrupted, mut taken_over) = (0, 0, 0);
+    for id in &ids {
+        let run = store.run(id).await.unwrap();
+        let steps = store.steps(id).await.unwrap();
+        let kinds = common::engine::event_kinds(store.as_ref(), id).await;
+        taken_over += kinds.iter().filter(|k| *k == "lease.taken_over").count();
+        recorded += steps
+            .iter()
+            .filter(|st| {
+                st.call.as_ref().is_some_and(|c| c.tool == "fs_write")
+                    && st
+                        .observation
+                        .as_ref()
+                        .is_some_and(|o| o.kind == ObservationKind::ToolResult)
+            })
+            .count();
+        let cut: Vec<&Step> = steps
+            .iter()
+            .filter(|st| st.state == StepState::Interrupted)
+            .collect();
+        interrupted += cut.len();
+        if run.status == RunStatus::WaitingForApproval {
+            // An interrupted write waits for an operator: it may have run.
+            assert_eq!(cut.len(), 1, "{run:?} {steps:?}");
+            let pending: Vec<Approval> = store
+                .approvals(id)
+                .await
+                .unwrap()
+                .into_iter()
+                .filter(|a| a.status == ApprovalStatus::Pending)
+                .collect();
+            assert_eq!(pending.len(), 1, "{run:?}");
+            assert_eq!(pending[0].kind, ApprovalKind::InterruptedSideEffect);
+        } else {
+            assert_eq!(run.status, RunStatus::Completed);
+            assert!(cut.is_empty(), "{steps:?}");
+            assert_eq!(steps.len(), writes + 1);
+        }
+    }
+    eprintln!("{servers} servers: {taken_over} runs taken over, {recorded} writes recorded, {interrupted} interrupted");
+    assert!(taken_over >= 1, "the killed server's runs were taken over");
+    let lines = std::fs::read_to_string(dir.path().join("work/log"))
+        .unwrap()
+        .lines()
+        .count();
+    assert!(
+        recorded <= lines && lines <= recorded + interrupted,
+        "every recorded write ran once and only an interrupted one may have run unrecorded: {lines} lines, {recorded} recorded, {interrupted} interrupted"
+    );
+    for srv in live {
+        terminate(srv).await;
+    }
 }

@@ -42,6 +42,12 @@ pub async fn serve(args: ServeArgs, store_flag: Option<String>) -> anyhow::Resul
         grace: std::time::Duration::from_secs(args.grace),
         ..Default::default()
     };
+    if let Some(ms) = section.lease_ms {
+        if ms < 300 {
+            bail!("[serve] lease_ms must be at least 300");
+        }
+        opts.lease = std::time::Duration::from_millis(ms);
+    }
     if let Some(n) = args.max_runs.or(section.max_runs) {
         if n == 0 {
             bail!("--max-runs must be at least 1");

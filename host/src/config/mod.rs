@@ -53,6 +53,9 @@ pub struct ServeConfig {
     pub configs: std::collections::BTreeMap<String, PathBuf>,
     /// The largest request body in bytes (default: the goal limit + 64 KiB).
     pub max_body_bytes: Option<usize>,
+    /// A run's lease in ms: how soon after a server dies another takes its
+    /// runs over (default 30 000).
+    pub lease_ms: Option<u64>,
     /// How long a connection may take to send a request's headers, and
     /// stay idle between requests, in ms (default 10 000).
     pub header_timeout_ms: Option<u64>,

@@ -23,6 +23,9 @@ pub struct ServeOptions {
     pub poll: Duration,
     /// How long a stop waits for live runs to reach their end or pause.
     pub grace: Duration,
+    /// A run's lease: how long after this server dies another takes its
+    /// runs over (renewed every third of it while the server lives).
+    pub lease: Duration,
 }
 
 impl Default for ServeOptions {
@@ -31,6 +34,7 @@ impl Default for ServeOptions {
             max_runs: default_max_runs(),
             poll: Duration::from_millis(200),
             grace: Duration::from_secs(30),
+            lease: Duration::from_secs(30),
         }
     }
 }

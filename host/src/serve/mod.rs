@@ -63,7 +63,8 @@ pub async fn run(
         metrics.clone(),
         hub.clone(),
     ));
-    let rt = Runtime::on(metered);
+    let lease_ms = i64::try_from(opts.lease.as_millis()).unwrap_or(i64::MAX);
+    let rt = Runtime::on(metered).with_lease_ttl_ms(lease_ms);
     let follower = tokio::spawn(hub.clone().follow(store, FOLLOW_POLL));
     let (closing, closed) = tokio::sync::watch::channel(false);
     let open_to_all = |w: &Web| {
