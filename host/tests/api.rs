@@ -299,7 +299,7 @@ async fn bad_requests_get_their_documented_status_and_change_nothing(s: TestStor
         output_text(&o)
     );
 
-    let srv = ServeProcess::start(&s.location, &["-c", &cfg]);
+    let srv = ServeProcess::start(&s.location, &["-c", &cfg, "--log-format", "json"]);
     let store = s.open().await;
     let before = store.count_events().await.unwrap();
     let check = |method: &str, path: &str, body: Option<&str>, status: u16, code: &str| {
@@ -426,4 +426,15 @@ async fn bad_requests_get_their_documented_status_and_change_nothing(s: TestStor
     }
     let log = srv.terminate();
     assert!(!log.contains("panicked"), "{log}");
+    let json_lines: Vec<serde_json::Value> = log
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert!(
+        json_lines
+            .iter()
+            .any(|l| l["fields"]["message"] == "serving"),
+        "--log-format json writes JSON lines: {log}"
+    );
 }
