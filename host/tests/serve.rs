@@ -16,6 +16,7 @@ on_both_engines!(
     a_server_drives_submitted_runs_and_acts_on_approvals_and_stops_on_sigterm,
     a_stopped_server_leaves_runs_at_a_step_boundary_for_the_next,
     a_killed_servers_runs_are_finished_by_the_others_and_no_effect_runs_twice,
+    a_server_records_an_expired_approval_on_time,
 );
 
 /// A config whose one run reads `n` files, one a step, no approval.
@@ -421,4 +422,46 @@ async fn a_killed_servers_runs_are_finished_by_the_others_and_no_effect_runs_twi
     for srv in live {
         terminate(srv).await;
     }
+}
+
+async fn a_server_records_an_expired_approval_on_time(s: TestStore) {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(cfg) = quickstart_config(dir.path(), "") else {
+        return;
+    };
+    // The quickstart's approval, unanswered, expires after a second.
+    let text = std::fs::read_to_string(&cfg)
+        .unwrap()
+        .replace("[model]", "[limits]\napproval_ttl_ms = 1000\n[model]");
+    std::fs::write(&cfg, text).unwrap();
+    let srv = ServeProcess::start(&s.location, &["-c", cfg.to_str().unwrap()]);
+    let r = srv.post("/api/runs", None, r#"{"goal":"write hello.txt"}"#);
+    assert_eq!(r.status, 201, "{}", r.body);
+    let id = r.json()["id"].as_str().unwrap().to_string();
+    let store = s.open().await;
+    let since = Instant::now();
+    let expired = loop {
+        let a = store.approvals(&id).await.unwrap();
+        if let Some(a) = a.into_iter().find(|a| a.status == ApprovalStatus::Expired) {
+            break a;
+        }
+        assert!(
+            since.elapsed() < Duration::from_secs(30),
+            "the approval never expired"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let events = store.events_after(Some(&id), 0, 1000).await.unwrap();
+    let at = events
+        .iter()
+        .find(|e| e.kind == "approval.expired")
+        .expect("an approval.expired event")
+        .at;
+    let due = expired.expires_at.unwrap();
+    assert!(
+        at >= due && at - due < 10_000,
+        "recorded {} ms after it expired",
+        at - due
+    );
+    srv.terminate();
 }
