@@ -6,12 +6,11 @@
 mod common;
 
 use common::engine::TestStore;
-use common::http::{follow_events, request, ServeProcess};
+use common::http::{follow_events, request, tokens_file, wait_for, ServeProcess};
 use common::wasm::quickstart_config;
 use common::*;
-use sha2::{Digest, Sha256};
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 on_both_engines!(
     operators_start_runs_answer_approvals_and_follow_events_over_http,
@@ -22,21 +21,11 @@ const OPERATOR: &str = "op-token-for-alice";
 const VIEWER: &str = "view-token-for-bob";
 
 /// A tokens file: alice operates, bob views.
-fn tokens_file(dir: &Path) -> String {
-    let line = |name: &str, role: &str, token: &str| {
-        format!(
-            "{name} {role} {}\n",
-            hex::encode(Sha256::digest(token.as_bytes()))
-        )
-    };
-    let text = format!(
-        "# who may call the API\n{}{}",
-        line("alice", "operator", OPERATOR),
-        line("bob", "viewer", VIEWER)
-    );
-    let p = dir.join("tokens");
-    std::fs::write(&p, text).unwrap();
-    p.display().to_string()
+fn tokens(dir: &Path) -> String {
+    tokens_file(
+        dir,
+        &[("alice", "operator", OPERATOR), ("bob", "viewer", VIEWER)],
+    )
 }
 
 /// Raises this process's open-file limit to its hard limit; returns how
@@ -60,24 +49,9 @@ fn idle_connections_allowed(want: usize) -> usize {
     n
 }
 
-/// Polls `f` every 50 ms until it returns something (20 s at most).
-fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let since = Instant::now();
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(
-            since.elapsed() < Duration::from_secs(20),
-            "timed out waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 async fn operators_start_runs_answer_approvals_and_follow_events_over_http(s: TestStore) {
     let dir = tempfile::tempdir().unwrap();
-    let tokens = tokens_file(dir.path());
+    let tokens = tokens(dir.path());
     let Some(cfg) = quickstart_config(
         dir.path(),
         &format!("[serve]\ntokens_file = \"{tokens}\"\n"),

@@ -8,10 +8,9 @@
 
 mod common;
 
-use common::http::{request, Reply, ServeProcess};
+use common::http::{request, tokens_file, wait_for, Reply, ServeProcess};
 use common::wasm::quickstart_config;
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -178,18 +177,8 @@ impl Browser {
         )
     }
 
-    fn wait<T>(&self, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-        let since = Instant::now();
-        loop {
-            if let Some(v) = f() {
-                return v;
-            }
-            assert!(
-                since.elapsed() < Duration::from_secs(30),
-                "timed out waiting for {what}"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+    fn wait<T>(&self, what: &str, f: impl FnMut() -> Option<T>) -> T {
+        wait_for(what, f)
     }
 
     /// A PNG of the window; kept in `KEEL_SCREENSHOTS` when set.
@@ -246,30 +235,13 @@ fn base64(s: &str) -> Vec<u8> {
     out
 }
 
-fn tokens_file(dir: &Path) -> String {
-    let line = |name: &str, role: &str, token: &str| {
-        format!(
-            "{name} {role} {}\n",
-            hex::encode(Sha256::digest(token.as_bytes()))
-        )
-    };
-    let p = dir.join("tokens");
-    std::fs::write(
-        &p,
-        format!(
-            "{}{}",
-            line("alice", "operator", OPERATOR),
-            line("bob", "viewer", VIEWER)
-        ),
-    )
-    .unwrap();
-    p.display().to_string()
-}
-
 #[test]
 fn an_operator_starts_approves_and_watches_a_run_in_the_browser_and_a_viewer_cannot_act() {
     let dir = tempfile::tempdir().unwrap();
-    let tokens = tokens_file(dir.path());
+    let tokens = tokens_file(
+        dir.path(),
+        &[("alice", "operator", OPERATOR), ("bob", "viewer", VIEWER)],
+    );
     let Some(cfg) = quickstart_config(
         dir.path(),
         &format!("[serve]\ntokens_file = \"{tokens}\"\n"),

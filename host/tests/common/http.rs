@@ -289,3 +289,34 @@ pub fn follow_events(
     }
     out
 }
+
+/// Polls `f` every 50 ms until it returns something (30 s at most).
+pub fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let since = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            since.elapsed() < Duration::from_secs(30),
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Writes a tokens file in `dir` naming each `(name, role, token)` by the
+/// token's sha256; returns its path.
+pub fn tokens_file(dir: &std::path::Path, callers: &[(&str, &str, &str)]) -> String {
+    use sha2::{Digest, Sha256};
+    let mut text = String::from("# who may call the API\n");
+    for (name, role, token) in callers {
+        text.push_str(&format!(
+            "{name} {role} {}\n",
+            hex::encode(Sha256::digest(token.as_bytes()))
+        ));
+    }
+    let p = dir.join("tokens");
+    std::fs::write(&p, text).unwrap();
+    p.display().to_string()
+}
