@@ -461,3 +461,168 @@ async fn ten_thousand_idle_connections_are_closed_and_keep_no_one_out() {
     let log = srv.terminate();
     assert!(!log.contains("panicked"), "{log}");
 }
+
+/// A config in `dir` whose run makes `steps` echo calls, each answered
+/// with `pad` bytes of padding, then completes: many large events.
+fn many_events_config(dir: &Path, steps: usize, pad: usize) -> Option<std::path::PathBuf> {
+    let agent = common::wasm::plugin_path("agent-scripted-rust.wasm")?;
+    let policy = common::wasm::plugin_path("policy-rules-rust.wasm")?;
+    let echo = common::wasm::plugin_path("tool-echo-rust.wasm")?;
+    let script: Vec<String> = (0..steps)
+        .map(|i| format!("{{ call = {{ tool = \"echo\", arguments = {{ i = {i} }} }} }}"))
+        .chain(std::iter::once(
+            "{ complete = { done = true } }".to_string(),
+        ))
+        .collect();
+    let text = format!(
+        r#"[engine]
+cache_dir = "{cache}"
+[limits]
+max_steps = {max}
+[agent]
+component = "{agent}"
+config = {{ script = [ {script} ] }}
+[policy]
+component = "{policy}"
+config = {{ rules = [ {{ tool = "echo", action = "allow" }} ] }}
+[[tools]]
+component = "{echo}"
+config = {{ pad_bytes = {pad} }}
+"#,
+        cache = dir.join("cache").display(),
+        max = steps + 10,
+        agent = agent.display(),
+        policy = policy.display(),
+        echo = echo.display(),
+        script = script.join(", "),
+    );
+    let path = dir.join("keel.toml");
+    std::fs::write(&path, text).unwrap();
+    Some(path)
+}
+
+/// A TCP connection to `addr` whose receive buffer is as small as the
+/// kernel allows, so that a client that does not read stalls the server's
+/// writes at once.
+fn small_window_connect(addr: std::net::SocketAddr) -> std::net::TcpStream {
+    use std::os::fd::FromRawFd;
+    let std::net::SocketAddr::V4(v4) = addr else {
+        panic!("the server listens on IPv4 loopback")
+    };
+    // SAFETY: a new socket is configured, connected, and then owned by the
+    // TcpStream; every pointer passed points at a live local of the size given.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
+        assert!(fd >= 0);
+        let size: libc::c_int = 4096;
+        assert_eq!(
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_RCVBUF,
+                &size as *const libc::c_int as *const libc::c_void,
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            ),
+            0
+        );
+        let sin = libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: v4.port().to_be(),
+            sin_addr: libc::in_addr {
+                s_addr: u32::from_ne_bytes(v4.ip().octets()),
+            },
+            sin_zero: [0; 8],
+        };
+        assert_eq!(
+            libc::connect(
+                fd,
+                &sin as *const libc::sockaddr_in as *const libc::sockaddr,
+                std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+            ),
+            0
+        );
+        std::net::TcpStream::from_raw_fd(fd)
+    }
+}
+
+/// A counter or gauge from `/metrics`.
+fn metric(srv: &ServeProcess, name: &str) -> u64 {
+    let r = srv.get("/metrics", None);
+    assert_eq!(r.status, 200, "{}", r.body);
+    r.body
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("/metrics has no {name}: {}", r.body))
+}
+
+/// A client that never reads its event stream holds no memory of its own
+/// in the server and slows no one: the server keeps a bounded backlog per
+/// run, and the slow client, once it reads, gets what it missed from the
+/// store, every event once and in order (engine-free: one store).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_never_reads_its_stream_is_served_from_the_store_and_slows_no_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(cfg) = many_events_config(dir.path(), 300, 16 * 1024) else {
+        return;
+    };
+    let store = dir.path().join("keel.db");
+    let srv = ServeProcess::start(store.to_str().unwrap(), &["-c", cfg.to_str().unwrap()]);
+    let r = srv.post("/api/runs", None, r#"{"goal":"many large events"}"#);
+    assert_eq!(r.status, 201, "{}", r.body);
+    let id = r.json()["id"].as_str().unwrap().to_string();
+    let path = format!("/api/runs/{id}/events");
+
+    // The slow client asks for the stream and then reads nothing.
+    let mut slow = small_window_connect(srv.addr);
+    let sse = [("Accept", "text/event-stream")];
+    common::http::send(&mut slow, srv.addr, "GET", &path, None, &sse, None);
+    wait_for("the slow client's stream", || {
+        (metric(&srv, "keel_event_stream_clients") >= 1).then_some(())
+    });
+
+    // Another client follows the same run to its end meanwhile.
+    let fast = follow_events(srv.addr, &path, None, None);
+    let mut journal = Vec::new();
+    loop {
+        let after = journal.last().cloned().unwrap_or_else(|| "0".to_string());
+        let page = srv
+            .get(&format!("{path}?after={after}&limit=500"), None)
+            .json()["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["seq"].to_string())
+            .collect::<Vec<_>>();
+        if page.is_empty() {
+            break;
+        }
+        journal.extend(page);
+    }
+    let ids = |evs: &[common::http::SseEvent]| -> Vec<String> {
+        evs.iter().map(|e| e.id.clone().unwrap()).collect()
+    };
+    assert!(journal.len() > 1500, "{} events", journal.len());
+    assert_eq!(
+        ids(&fast),
+        journal,
+        "the reading client got every event, in order"
+    );
+    assert_eq!(fast.last().unwrap().event.as_deref(), Some("run.completed"));
+
+    // Now the slow client reads: every event once, in order, the ones it
+    // fell behind on read from the store rather than held for it.
+    let slow = common::http::sse_events(&common::http::answer(slow));
+    assert_eq!(
+        ids(&slow),
+        journal,
+        "the slow client got every event, in order"
+    );
+    let rereads = metric(&srv, "keel_event_stream_rereads_total");
+    assert!(
+        rereads >= 1,
+        "the slow client was served from the server's memory, not from the store"
+    );
+    let log = srv.terminate();
+    assert!(!log.contains("panicked"), "{log}");
+}

@@ -130,11 +130,17 @@ async fn a_server_drives_submitted_runs_and_acts_on_approvals_and_stops_on_sigte
 
     let mut ids = Vec::new();
     for i in 0..4 {
-        let o = keel(&s, &["submit", "-c", cfg, "-g", &format!("write {i}")]);
+        let goal = format!("write {i}");
+        let o = keel(&s, &["submit", "-c", cfg, "-g", &goal, "--by", "carol"]);
         assert_eq!(o.status.code(), Some(0), "{}", output_text(&o));
         ids.push(String::from_utf8(o.stdout).unwrap().trim().to_string());
     }
     let store = s.open().await;
+    let meta = store.run(&ids[0]).await.unwrap().meta;
+    assert!(
+        meta.contains("\"submitted_by\":\"carol\""),
+        "the submitter is recorded: {meta}"
+    );
     assert_eq!(
         store.list_runs(None, 100).await.unwrap().len(),
         4,

@@ -219,7 +219,7 @@ impl Bench {
 /// memory mappings than Linux allows the process: each pooled instance maps
 /// its memory and its stack with guard regions, about 4.3 mappings measured
 /// at 5,000 runs in flight.
-fn check_map_count(instances: u32) -> anyhow::Result<()> {
+pub(crate) fn check_map_count(instances: u32) -> anyhow::Result<()> {
     let Some(limit) = std::fs::read_to_string("/proc/sys/vm/max_map_count")
         .ok()
         .and_then(|s| s.trim().parse::<u64>().ok())
@@ -235,6 +235,37 @@ fn check_map_count(instances: u32) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// Opens the fresh store a bench journals to, and names it for the report.
+pub(crate) async fn open_store(mode: &StoreMode) -> anyhow::Result<(Arc<dyn RunStore>, String)> {
+    Ok(match mode {
+        StoreMode::Durable { path, sync } => {
+            if path.exists() {
+                bail!(
+                    "{}: exists; the fan-out writes a fresh store (remove it or pass another --db)",
+                    path.display()
+                );
+            }
+            let store =
+                Store::open(path, *sync).with_context(|| format!("opening {}", path.display()))?;
+            (
+                Arc::new(StoreHandle::spawn(store)),
+                format!("sqlite {sync:?} ({})", path.display()),
+            )
+        }
+        StoreMode::Memory => (
+            Arc::new(StoreHandle::spawn(Store::open_in_memory()?)),
+            "sqlite in-memory".to_string(),
+        ),
+        StoreMode::Postgres(url) => {
+            let store = crate::store::postgres::PgStore::open(url, true)
+                .await
+                .context("opening the PostgreSQL store")?;
+            let label = format!("postgres ({})", store.location());
+            (Arc::new(store), label)
+        }
+    })
 }
 
 /// Runs the fan-out and measures it. Call from a multi-threaded tokio
@@ -286,33 +317,7 @@ pub async fn run(opts: &FanoutOptions) -> anyhow::Result<FanoutReport> {
         },
     });
 
-    let (store, label): (Arc<dyn RunStore>, String) = match &opts.store {
-        StoreMode::Durable { path, sync } => {
-            if path.exists() {
-                bail!(
-                    "{}: exists; the fan-out writes a fresh store (remove it or pass another --db)",
-                    path.display()
-                );
-            }
-            let store =
-                Store::open(path, *sync).with_context(|| format!("opening {}", path.display()))?;
-            (
-                Arc::new(StoreHandle::spawn(store)),
-                format!("sqlite {sync:?} ({})", path.display()),
-            )
-        }
-        StoreMode::Memory => (
-            Arc::new(StoreHandle::spawn(Store::open_in_memory()?)),
-            "sqlite in-memory".to_string(),
-        ),
-        StoreMode::Postgres(url) => {
-            let store = crate::store::postgres::PgStore::open(url, true)
-                .await
-                .context("opening the PostgreSQL store")?;
-            let label = format!("postgres ({})", store.location());
-            (Arc::new(store), label)
-        }
-    };
+    let (store, label) = open_store(&opts.store).await?;
     let runtime = Runtime::on(store.clone());
     let limits = Limits {
         max_steps: 4,

@@ -2,6 +2,7 @@
 //! the real store) many at a time and report what the runtime adds.
 
 pub mod fanout;
+pub mod serve;
 
 /// The process's peak resident set size in bytes (`VmHWM`), when the OS
 /// reports it.
@@ -10,6 +11,12 @@ pub fn peak_rss_bytes() -> Option<u64> {
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib * 1024)
+}
+
+/// Starts the peak resident set size afresh from the current one (Linux's
+/// `clear_refs`), so that a second load in one process reports its own.
+pub fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
 }
 
 /// The `q` quantile (0..=1) of sorted samples, by nearest rank.

@@ -2,6 +2,7 @@
 
 use super::exit;
 use crate::bench::fanout::{self, FanoutOptions, StoreMode};
+use crate::bench::serve::{self, ServeBenchOptions};
 use crate::store::Sync;
 use anyhow::{anyhow, bail, Context};
 use clap::Subcommand;
@@ -21,35 +22,72 @@ pub enum BenchCommand {
         /// Runs kept in flight at once.
         #[arg(long, default_value_t = 5_000)]
         concurrency: u64,
-        /// Time of each model call: `50ms`, `1s`, `0`.
-        #[arg(long, default_value = "50ms", value_parser = parse_duration)]
-        latency: Duration,
-        /// Journal to a private in-memory SQLite database instead of a file.
-        #[arg(long)]
-        memory: bool,
+        #[command(flatten)]
+        load: LoadArgs,
         /// The store file to create (default: a fresh file in a temporary
         /// directory, removed afterwards). Must not exist.
         #[arg(long)]
         db: Option<PathBuf>,
-        /// `full` (every commit synced; the default) or `normal`. For a file store only.
-        #[arg(long)]
-        sync: Option<String>,
-        /// Where `make plugins` put the components.
-        #[arg(long, default_value = "target/plugins")]
-        plugins: PathBuf,
-        /// The agent component (default: <plugins>/agent-llm-rust.wasm).
-        #[arg(long)]
-        agent: Option<PathBuf>,
-        /// The policy component (default: <plugins>/policy-rules-rust.wasm).
-        #[arg(long)]
-        policy: Option<PathBuf>,
-        /// The compile cache.
-        #[arg(long, default_value = ".keel/cache")]
-        cache_dir: PathBuf,
-        /// Also write the report as JSON to this file (`-`: standard output only JSON).
-        #[arg(long)]
-        json: Option<PathBuf>,
     },
+    /// Run `keel serve` in this process on a loopback port and load it
+    /// through its HTTP API: --runs runs submitted with POST /api/runs and
+    /// driven by the server (--concurrency at once) with the fan-out's
+    /// plugins and model, the first --sse-clients of them followed over
+    /// event streams; then --approvals runs that pause, each approved with
+    /// one request at a time. Prints runs/s beside the fan-out's with the
+    /// same runs and concurrency (measured first, in this process), the
+    /// approve requests' latency, and the time from a transition's commit
+    /// to its event reaching a stream client.
+    Serve {
+        #[arg(long, default_value_t = 10_000)]
+        runs: u64,
+        /// The server's max_runs: runs driven at once.
+        #[arg(long, default_value_t = 5_000)]
+        concurrency: u64,
+        #[command(flatten)]
+        load: LoadArgs,
+        /// Event streams held open while the runs are driven, one run each.
+        #[arg(long, default_value_t = 1_000)]
+        sse_clients: usize,
+        /// Runs that pause for an approval, answered through the API.
+        #[arg(long, default_value_t = 1_000)]
+        approvals: usize,
+        /// Connections submitting runs at once.
+        #[arg(long, default_value_t = 32)]
+        submitters: usize,
+        /// Do not measure the fan-out beside it.
+        #[arg(long)]
+        no_fanout: bool,
+    },
+}
+
+/// What both benches take: the model, the store, the plugins, the report.
+#[derive(clap::Args, Debug)]
+pub struct LoadArgs {
+    /// Time of each model call: `50ms`, `1s`, `0`.
+    #[arg(long, default_value = "50ms", value_parser = parse_duration)]
+    latency: Duration,
+    /// Journal to a private in-memory SQLite database instead of a file.
+    #[arg(long)]
+    memory: bool,
+    /// `full` (every commit synced; the default) or `normal`. For a file store only.
+    #[arg(long)]
+    sync: Option<String>,
+    /// Where `make plugins` put the components.
+    #[arg(long, default_value = "target/plugins")]
+    plugins: PathBuf,
+    /// The agent component (default: <plugins>/agent-llm-rust.wasm).
+    #[arg(long)]
+    agent: Option<PathBuf>,
+    /// The policy component (default: <plugins>/policy-rules-rust.wasm).
+    #[arg(long)]
+    policy: Option<PathBuf>,
+    /// The compile cache.
+    #[arg(long, default_value = ".keel/cache")]
+    cache_dir: PathBuf,
+    /// Also write the report as JSON to this file (`-`: standard output only JSON).
+    #[arg(long)]
+    json: Option<PathBuf>,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -74,44 +112,139 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 }
 
 /// Runs a bench. `store` is the global `--store` (or `KEEL_STORE`): a
-/// `postgres://` URL journals the fan-out there (the database must exist;
-/// its tables are created if needed, and runs already in it are left
-/// alone); a file path is taken as `--db`.
+/// `postgres://` URL journals there (the database must exist; its tables
+/// are created if needed, and runs already in it are left alone); a file
+/// path is taken as the fan-out's `--db`.
 pub async fn run(cmd: BenchCommand, store_url: Option<String>) -> anyhow::Result<i32> {
-    let BenchCommand::Fanout {
+    match cmd {
+        BenchCommand::Fanout {
+            runs,
+            concurrency,
+            load,
+            db,
+        } => {
+            let tmp = tempdir()?;
+            let store = store_mode(&load, db, store_url, &tmp.0.join("fanout.db"))?;
+            let report = fanout::run(&fanout_options(&load, runs, concurrency, store)?).await?;
+            emit(&load, &report, report.human())?;
+            Ok(done(report.failed, report.runs))
+        }
+        BenchCommand::Serve {
+            runs,
+            concurrency,
+            load,
+            sse_clients,
+            approvals,
+            submitters,
+            no_fanout,
+        } => {
+            let tmp = tempdir()?;
+            let fanout = if no_fanout {
+                None
+            } else {
+                let store = store_mode(&load, None, store_url.clone(), &tmp.0.join("fanout.db"))?;
+                let r = fanout::run(&fanout_options(&load, runs, concurrency, store)?).await?;
+                eprintln!("{}", r.human());
+                Some(r)
+            };
+            let store = store_mode(&load, None, store_url, &tmp.0.join("serve.db"))?;
+            let f = fanout_options(&load, runs, concurrency, store)?;
+            let opts = ServeBenchOptions {
+                runs,
+                max_runs: usize::try_from(concurrency)?,
+                latency: load.latency,
+                store: f.store,
+                echo: load.plugins.join("tool-echo-rust.wasm"),
+                agent: f.agent,
+                policy: f.policy,
+                cache_dir: f.cache_dir,
+                work: tmp.0.clone(),
+                sse_clients,
+                approvals,
+                submitters,
+            };
+            if !opts.echo.exists() {
+                bail!("{}: no such component (build the plugins with `make plugins`, or pass --plugins)", opts.echo.display());
+            }
+            let report = serve::run(&opts).await?;
+            let mut text = report.human();
+            if let Some(f) = &fanout {
+                text.push_str(&format!(
+                    "\n  beside the fan-out      {:.0} runs/s through the API against {:.0} runs/s ({:.0}%); CPU per run {:.0} against {:.0} µs",
+                    report.throughput_runs_per_s,
+                    f.throughput_runs_per_s,
+                    100.0 * report.throughput_runs_per_s / f.throughput_runs_per_s.max(1e-9),
+                    report.cpu_us_per_run,
+                    f.cpu_us_per_run,
+                ));
+            }
+            let both = serde_json::json!({ "serve": report, "fanout": fanout });
+            emit(&load, &both, text)?;
+            Ok(done(report.failed, report.runs))
+        }
+    }
+}
+
+fn fanout_options(
+    load: &LoadArgs,
+    runs: u64,
+    concurrency: u64,
+    store: StoreMode,
+) -> anyhow::Result<FanoutOptions> {
+    let agent = load
+        .agent
+        .clone()
+        .unwrap_or_else(|| load.plugins.join("agent-llm-rust.wasm"));
+    let policy = load
+        .policy
+        .clone()
+        .unwrap_or_else(|| load.plugins.join("policy-rules-rust.wasm"));
+    for p in [&agent, &policy] {
+        if !p.exists() {
+            bail!(
+                "{}: no such component (build the plugins with `make plugins`, or pass --plugins)",
+                p.display()
+            );
+        }
+    }
+    Ok(FanoutOptions {
         runs,
         concurrency,
-        latency,
-        memory,
-        db,
-        sync,
-        plugins,
+        latency: load.latency,
+        store,
         agent,
         policy,
-        cache_dir,
-        json,
-    } = cmd;
+        cache_dir: Some(load.cache_dir.clone()),
+    })
+}
+
+/// Where a bench journals: `--memory`, a PostgreSQL URL, `--db`, or a
+/// fresh file at `fresh`.
+fn store_mode(
+    load: &LoadArgs,
+    db: Option<PathBuf>,
+    store_url: Option<String>,
+    fresh: &std::path::Path,
+) -> anyhow::Result<StoreMode> {
+    let memory = load.memory;
     if memory && db.is_some() {
         bail!("--memory and --db exclude each other");
     }
-    if memory && sync.is_some() {
+    if memory && load.sync.is_some() {
         bail!("--sync applies to a store file; an in-memory store is never synced");
     }
-    let sync_given = sync.is_some();
-    let sync = match sync.as_deref().unwrap_or("full") {
+    let sync = match load.sync.as_deref().unwrap_or("full") {
         "full" => Sync::Full,
         "normal" => Sync::Normal,
         other => bail!("--sync: {other:?} is not full or normal"),
     };
-    let tmp;
     let mut db = db;
-    let mut pg = None;
     match store_url.map(|s| crate::store::Location::parse(&s)) {
         Some(crate::store::Location::Postgres(u)) => {
-            if memory || db.is_some() || sync_given {
+            if memory || db.is_some() || load.sync.is_some() {
                 bail!("--store postgres://… excludes --memory, --db and --sync");
             }
-            pg = Some(u);
+            return Ok(StoreMode::Postgres(u));
         }
         Some(crate::store::Location::File(p)) => {
             if memory || db.is_some() {
@@ -121,59 +254,38 @@ pub async fn run(cmd: BenchCommand, store_url: Option<String>) -> anyhow::Result
         }
         None => {}
     }
-    let store = if let Some(url) = pg {
-        StoreMode::Postgres(url)
-    } else if memory {
+    Ok(if memory {
         StoreMode::Memory
     } else {
-        let path = match db {
-            Some(p) => p,
-            None => {
-                tmp = tempdir()?;
-                tmp.0.join("fanout.db")
-            }
-        };
-        StoreMode::Durable { path, sync }
-    };
-    let agent = agent.unwrap_or_else(|| plugins.join("agent-llm-rust.wasm"));
-    let policy = policy.unwrap_or_else(|| plugins.join("policy-rules-rust.wasm"));
-    for p in [&agent, &policy] {
-        if !p.exists() {
-            bail!(
-                "{}: no such component (build the plugins with `make plugins`, or pass --plugins)",
-                p.display()
-            );
+        StoreMode::Durable {
+            path: db.unwrap_or_else(|| fresh.to_path_buf()),
+            sync,
         }
-    }
-    let opts = FanoutOptions {
-        runs,
-        concurrency,
-        latency,
-        store,
-        agent,
-        policy,
-        cache_dir: Some(cache_dir),
-    };
-    let report = fanout::run(&opts).await?;
-    let text = serde_json::to_string_pretty(&report)?;
-    match json.as_deref() {
+    })
+}
+
+/// Prints a report (and writes its JSON where `--json` says).
+fn emit(load: &LoadArgs, report: &impl serde::Serialize, human: String) -> anyhow::Result<()> {
+    let text = serde_json::to_string_pretty(report)?;
+    match load.json.as_deref() {
         Some(p) if p.as_os_str() == "-" => println!("{text}"),
         Some(p) => {
             std::fs::write(p, format!("{text}\n"))
                 .with_context(|| format!("writing {}", p.display()))?;
-            println!("{}", report.human());
+            println!("{human}");
         }
-        None => println!("{}", report.human()),
+        None => println!("{human}"),
     }
-    Ok(if report.failed == 0 {
+    Ok(())
+}
+
+fn done(failed: u64, runs: u64) -> i32 {
+    if failed == 0 {
         exit::OK
     } else {
-        eprintln!(
-            "error: {} of {} runs did not complete",
-            report.failed, report.runs
-        );
+        eprintln!("error: {failed} of {runs} runs did not complete");
         exit::RUN_FAILED
-    })
+    }
 }
 
 /// A temporary directory removed on drop (std has none).

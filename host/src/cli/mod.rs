@@ -100,6 +100,10 @@ pub enum Command {
         config: PathBuf,
         #[command(flatten)]
         goal: GoalArgs,
+        /// Who submits it, recorded with the run as `submitted_by` (as the
+        /// API records a token's name).
+        #[arg(long, default_value_t = whoami())]
+        by: String,
         /// Print the stored run as JSON.
         #[arg(long)]
         json: bool,

@@ -17,9 +17,14 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
             let goal = read_goal(goal.goal, goal.goal_file.as_deref())?;
             run(&config, store_flag, &goal, json).await
         }
-        Command::Submit { config, goal, json } => {
+        Command::Submit {
+            config,
+            goal,
+            by,
+            json,
+        } => {
             let goal = read_goal(goal.goal, goal.goal_file.as_deref())?;
-            submit(&config, store_flag, &goal, json).await
+            submit(&config, store_flag, &goal, &by, json).await
         }
         Command::Serve(args) => super::serve_cmd::serve(args, store_flag).await,
         Command::Resume {
@@ -259,6 +264,7 @@ async fn submit(
     config: &Path,
     store_flag: Option<String>,
     goal: &str,
+    by: &str,
     json: bool,
 ) -> anyhow::Result<i32> {
     let cfg = Config::load(config)?;
@@ -267,7 +273,11 @@ async fn submit(
     let loc = location(store_flag, Some(&cfg));
     let store = opening(&loc, crate::store::open(&loc, OpenOptions::default()).await)?;
     let abs = std::fs::canonicalize(config).unwrap_or_else(|_| config.to_path_buf());
-    let meta = serde_json::json!({ "config": abs.display().to_string() }).to_string();
+    let meta = serde_json::json!({
+        "config": abs.display().to_string(),
+        "submitted_by": by,
+    })
+    .to_string();
     let run = Runtime::on(store)
         .submit(goal, cfg.limits.clone(), &meta)
         .await?;

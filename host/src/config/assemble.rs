@@ -44,6 +44,8 @@ pub fn assemble_with_progress(
         max_instances: config.engine.max_instances,
         cache_dir: config.engine.cache_dir.as_ref().map(|d| config.resolve(d)),
         max_wasm_stack: config.engine.max_wasm_stack,
+        max_memory_bytes: config.engine.max_memory_bytes,
+        cow_images: config.engine.cow_images,
         ..EngineOptions::default()
     })
     .context("starting the wasm engine")?;
@@ -209,10 +211,17 @@ fn speaks_openai(m: &ModelConfig) -> bool {
 /// The model provider a `[model]` table describes.
 fn provider(config: &Config, m: &ModelConfig) -> anyhow::Result<Arc<dyn ModelProvider>> {
     Ok(match m {
-        ModelConfig::Stub { latency_ms, answer } => Arc::new(StubProvider {
+        ModelConfig::Stub {
+            latency_ms,
+            answer,
+            tool_call,
+        } => Arc::new(StubProvider {
             latency: Duration::from_millis(*latency_ms),
             answer: answer.clone(),
-            ..StubProvider::default()
+            tool_call: tool_call
+                .as_ref()
+                .map(|c| (c.tool.clone(), c.arguments.to_string())),
+            calls_before_answer: tool_call.as_ref().map_or(0, |c| c.times),
         }),
         ModelConfig::Openai {
             base_url,

@@ -74,6 +74,15 @@ pub struct EngineConfig {
     pub max_instances: u32,
     /// Wasm stack per call in bytes (engine-wide).
     pub max_wasm_stack: usize,
+    /// The largest linear memory of any instance, in bytes: each pool slot
+    /// reserves this much address space (plugins' `memory_bytes` above it
+    /// are clamped to it).
+    pub max_memory_bytes: usize,
+    /// Map components' initial memories copy-on-write (one memory mapping
+    /// more per instance; `false` copies them in, which small components
+    /// do as fast and which lets thousands of instances live under
+    /// `vm.max_map_count`).
+    pub cow_images: bool,
 }
 
 impl Default for EngineConfig {
@@ -83,6 +92,8 @@ impl Default for EngineConfig {
             pooling: true,
             max_instances: 1000,
             max_wasm_stack: 1 << 20,
+            max_memory_bytes: crate::wasm::EngineOptions::default().max_memory_bytes,
+            cow_images: true,
         }
     }
 }
@@ -96,6 +107,8 @@ pub enum ModelConfig {
         latency_ms: u64,
         #[serde(default = "default_answer")]
         answer: String,
+        /// A tool call to answer with `times` times before the final answer.
+        tool_call: Option<StubToolCall>,
     },
     /// An OpenAI-compatible chat-completions server.
     Openai {
@@ -130,6 +143,22 @@ pub enum ModelConfig {
     },
 }
 
+/// The stub model's tool call: `{ tool = "echo", arguments = { q = 1 }, times = 1 }`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StubToolCall {
+    pub tool: String,
+    #[serde(default = "empty_object")]
+    pub arguments: serde_json::Value,
+    /// Answers with the call while the conversation holds fewer tool results.
+    #[serde(default = "one")]
+    pub times: usize,
+}
+
+fn one() -> usize {
+    1
+}
+
 fn default_answer() -> String {
     "done".into()
 }
@@ -151,6 +180,7 @@ impl Default for ModelConfig {
         ModelConfig::Stub {
             latency_ms: 0,
             answer: default_answer(),
+            tool_call: None,
         }
     }
 }

@@ -43,6 +43,8 @@ pub struct Api {
     pub configs: BTreeMap<String, RunConfig>,
     /// The largest request body, in bytes.
     pub max_body: usize,
+    /// Wakes this process's claimer when a request made a run claimable.
+    pub work: Arc<tokio::sync::Notify>,
 }
 
 /// The name of the server's own config among [`Api::configs`].
@@ -196,7 +198,7 @@ async fn me(Extension(caller): Extension<Caller>) -> Response {
 
 async fn metrics(State(api): State<Shared>) -> Result<Response, ApiError> {
     let runs = api.rt.store().count_runs().await?;
-    let text = api.metrics.render(&runs, api.hub.clients());
+    let text = api.metrics.render(&runs, &api.hub);
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response())
 }
 
@@ -280,6 +282,7 @@ async fn create_run(
     })
     .to_string();
     let run = api.rt.submit(&new.goal, cfg.limits.clone(), &meta).await?;
+    api.work.notify_one();
     Ok(json(StatusCode::CREATED, run))
 }
 
@@ -453,7 +456,10 @@ async fn decide(
         op.deny(&a.id, &caller.name, note).await
     };
     match out {
-        Ok(a) => Ok(json(StatusCode::OK, a)),
+        Ok(a) => {
+            api.work.notify_one();
+            Ok(json(StatusCode::OK, a))
+        }
         Err(e @ StoreError::Refused(_)) => Err(ApiError::new(
             StatusCode::CONFLICT,
             "not_pending",

@@ -61,6 +61,9 @@ pub struct Server {
     opts: ServeOptions,
     /// Plugins compiled once per config file.
     assemblies: HashMap<PathBuf, Arc<Assembly>>,
+    /// Told when this process made a run claimable (submitted it, answered
+    /// its approval): the server claims at once instead of at its next poll.
+    work: Arc<tokio::sync::Notify>,
 }
 
 impl Server {
@@ -69,7 +72,14 @@ impl Server {
             rt,
             opts,
             assemblies: HashMap::new(),
+            work: Arc::new(tokio::sync::Notify::new()),
         }
+    }
+
+    /// Claims as soon as `work` is notified, as well as every poll.
+    pub fn woken_by(mut self, work: Arc<tokio::sync::Notify>) -> Server {
+        self.work = work;
+        self
     }
 
     /// Claims and drives runs until `stop` resolves; then claims no more
@@ -82,6 +92,7 @@ impl Server {
     ) -> ServeReport {
         let mut live: JoinSet<()> = JoinSet::new();
         let mut report = ServeReport::default();
+        let work = self.work.clone();
         tokio::pin!(stop);
         loop {
             while live.try_join_next().is_some() {}
@@ -111,6 +122,7 @@ impl Server {
                 () = &mut stop => break,
                 _ = live.join_next(), if !live.is_empty() => {}
                 () = tokio::time::sleep(self.opts.poll), if idle => {}
+                () = work.notified(), if idle => {}
             }
         }
         // Each live run stops at its next step boundary and gives its

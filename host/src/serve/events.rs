@@ -1,31 +1,40 @@
 //! Live events for API clients: one task follows the store's journal (woken
 //! by this process's commits, and polling for other processes') and hands
-//! every new event to the clients through a bounded broadcast. A client
-//! that falls behind is not waited for: it reads what it missed from the
-//! store, so a slow client holds no memory of its own and slows no one.
+//! each new event to the clients of its run only, through a bounded
+//! broadcast per followed run. A client that falls behind is not waited
+//! for: it reads what it missed from the store, so a slow client holds no
+//! memory of its own and slows no one, and a client is woken only by its
+//! own run's events, however many others are followed.
 
 use crate::store::{Event, RunReader, StoreError};
-use std::collections::VecDeque;
-use std::sync::Arc;
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{broadcast, Notify};
 
-/// Events kept for clients that are behind; past this they reread the store.
-const BACKLOG: usize = 4096;
+/// Events of one run kept for its clients that are behind; past this they
+/// reread the store.
+const BACKLOG: usize = 256;
 /// Events read from the store at a time.
 const PAGE: u32 = 512;
 
 /// The journal follower's fan-out point.
 pub struct Hub {
-    tx: broadcast::Sender<Arc<Event>>,
+    /// One channel per run that has clients; removed with its last client.
+    runs: Mutex<HashMap<String, broadcast::Sender<Arc<Event>>>>,
     wake: Notify,
+    clients: AtomicUsize,
+    rereads: AtomicU64,
 }
 
 impl Hub {
     pub fn new() -> Arc<Hub> {
         Arc::new(Hub {
-            tx: broadcast::channel(BACKLOG).0,
+            runs: Mutex::new(HashMap::new()),
             wake: Notify::new(),
+            clients: AtomicUsize::new(0),
+            rereads: AtomicU64::new(0),
         })
     }
 
@@ -36,7 +45,51 @@ impl Hub {
 
     /// Live clients of the stream.
     pub fn clients(&self) -> usize {
-        self.tx.receiver_count()
+        self.clients.load(Relaxed)
+    }
+
+    /// How often a client fell more than a backlog behind its run and
+    /// read what it missed from the store.
+    pub fn rereads(&self) -> u64 {
+        self.rereads.load(Relaxed)
+    }
+
+    fn runs(&self) -> std::sync::MutexGuard<'_, HashMap<String, broadcast::Sender<Arc<Event>>>> {
+        // The map holds no invariant a panic could break halfway.
+        self.runs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn subscribe(&self, run_id: &str) -> broadcast::Receiver<Arc<Event>> {
+        let mut runs = self.runs();
+        match runs.get(run_id) {
+            Some(tx) => tx.subscribe(),
+            None => {
+                let (tx, rx) = broadcast::channel(BACKLOG);
+                runs.insert(run_id.to_string(), tx);
+                rx
+            }
+        }
+    }
+
+    /// Forgets a run's channel once its last client has gone.
+    fn unsubscribe(&self, run_id: &str) {
+        let mut runs = self.runs();
+        if runs.get(run_id).is_some_and(|tx| tx.receiver_count() == 0) {
+            runs.remove(run_id);
+        }
+    }
+
+    /// Hands a page of events to their runs' clients.
+    fn publish(&self, page: Vec<Event>) {
+        let runs = self.runs();
+        if runs.is_empty() {
+            return;
+        }
+        for e in page {
+            if let Some(tx) = runs.get(&e.run_id) {
+                let _ = tx.send(Arc::new(e));
+            }
+        }
     }
 
     /// Follows the journal from its current end until the task is dropped;
@@ -60,11 +113,11 @@ impl Hub {
                 match reader.events_after(None, last, PAGE).await {
                     Ok(page) => {
                         let full = page.len() == PAGE as usize;
-                        for e in page {
+                        if let Some(e) = page.last() {
                             last = e.seq;
-                            log_event(&e);
-                            let _ = self.tx.send(Arc::new(e));
                         }
+                        page.iter().for_each(log_event);
+                        self.publish(page);
                         if !full {
                             break;
                         }
@@ -106,10 +159,12 @@ pub fn to_json(e: &Event) -> serde_json::Value {
 /// One client's view of one run's events: every event above `last` once,
 /// in order, ending after the event that ends the run.
 pub struct Follow {
+    hub: Arc<Hub>,
     reader: Arc<dyn RunReader>,
     run_id: String,
     last: i64,
-    rx: broadcast::Receiver<Arc<Event>>,
+    /// `None` when the run had ended: the store holds all there is.
+    rx: Option<broadcast::Receiver<Arc<Event>>>,
     queue: VecDeque<Event>,
     caught_up: bool,
     /// The run had ended when the client came: stop once the store is read.
@@ -121,14 +176,16 @@ impl Follow {
     /// Subscribes first, then reads the store: nothing committed in between
     /// is missed, and what comes twice is skipped by its number.
     pub fn new(
-        hub: &Hub,
+        hub: &Arc<Hub>,
         reader: Arc<dyn RunReader>,
         run_id: &str,
         after: i64,
         ended: bool,
     ) -> Follow {
+        hub.clients.fetch_add(1, Relaxed);
         Follow {
-            rx: hub.tx.subscribe(),
+            hub: hub.clone(),
+            rx: (!ended).then(|| hub.subscribe(run_id)),
             reader,
             run_id: run_id.to_string(),
             last: after,
@@ -163,15 +220,16 @@ impl Follow {
                     }
                 }
             }
-            if self.ended {
+            let Some(rx) = self.rx.as_mut().filter(|_| !self.ended) else {
                 return None;
-            }
-            match self.rx.recv().await {
-                Ok(e) if e.run_id == self.run_id && e.seq > self.last => {
-                    self.queue.push_back((*e).clone())
-                }
+            };
+            match rx.recv().await {
+                Ok(e) if e.seq > self.last => self.queue.push_back((*e).clone()),
                 Ok(_) => {}
-                Err(broadcast::error::RecvError::Lagged(_)) => self.caught_up = false,
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    self.hub.rereads.fetch_add(1, Relaxed);
+                    self.caught_up = false;
+                }
                 Err(broadcast::error::RecvError::Closed) => return None,
             }
         }
@@ -185,5 +243,14 @@ impl Follow {
         self.caught_up = page.len() < PAGE as usize;
         self.queue.extend(page);
         Ok(())
+    }
+}
+
+impl Drop for Follow {
+    fn drop(&mut self) {
+        self.hub.clients.fetch_sub(1, Relaxed);
+        if self.rx.take().is_some() {
+            self.hub.unsubscribe(&self.run_id);
+        }
     }
 }

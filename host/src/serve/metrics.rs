@@ -10,7 +10,6 @@ use crate::types::*;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
-use std::time::Instant;
 
 /// Upper bounds of the commit-latency buckets, in seconds.
 const BUCKETS: [f64; 12] = [
@@ -60,7 +59,7 @@ impl Metrics {
 
     /// The text `/metrics` answers: `runs` from the store, the rest from
     /// this process.
-    pub fn render(&self, runs: &[(RunStatus, u64)], sse_clients: usize) -> String {
+    pub fn render(&self, runs: &[(RunStatus, u64)], hub: &super::events::Hub) -> String {
         let mut out = String::new();
         head(
             &mut out,
@@ -170,7 +169,14 @@ impl Metrics {
             "gauge",
             "Clients following a run's events.",
         );
-        let _ = writeln!(out, "keel_event_stream_clients {sse_clients}");
+        let _ = writeln!(out, "keel_event_stream_clients {}", hub.clients());
+        head(
+            &mut out,
+            "keel_event_stream_rereads_total",
+            "counter",
+            "Times an event-stream client fell a backlog behind and read what it missed from the store.",
+        );
+        let _ = writeln!(out, "keel_event_stream_rereads_total {}", hub.rereads());
         out
     }
 }
@@ -179,126 +185,25 @@ fn head(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
 }
 
-/// A store that counts and times what passes through it, and wakes the
-/// event follower after every commit of this process.
-pub struct Metered {
-    inner: Arc<dyn RunStore>,
-    metrics: Arc<Metrics>,
-    hub: Arc<super::events::Hub>,
+/// What `keel serve` observes of its store's commits: it counts and times
+/// them, and wakes the event follower after every commit of this process.
+pub struct Meter {
+    pub metrics: Arc<Metrics>,
+    pub hub: Arc<super::events::Hub>,
 }
 
-impl Metered {
-    pub fn new(
-        inner: Arc<dyn RunStore>,
-        metrics: Arc<Metrics>,
-        hub: Arc<super::events::Hub>,
-    ) -> Metered {
-        Metered {
-            inner,
-            metrics,
-            hub,
-        }
-    }
-}
+/// The store `keel serve` drives runs through.
+pub type Metered = Observed<Meter>;
 
-#[async_trait::async_trait]
-impl RunReader for Metered {
-    async fn get_run(&self, id: &str) -> Result<Option<Run>, StoreError> {
-        self.inner.get_run(id).await
+impl CommitObserver for Meter {
+    fn committed(&self, _c: &Committed, took: std::time::Duration, calls: &[ModelCallRecord]) {
+        self.metrics.committed(took, calls);
+        self.hub.wake();
     }
-    async fn find_runs(&self, q: &RunQuery) -> Result<Vec<Run>, StoreError> {
-        self.inner.find_runs(q).await
+    fn conflicted(&self) {
+        self.metrics.conflicts.fetch_add(1, Relaxed);
     }
-    async fn list_approvals(
-        &self,
-        status: Option<ApprovalStatus>,
-        limit: u32,
-    ) -> Result<Vec<Approval>, StoreError> {
-        self.inner.list_approvals(status, limit).await
-    }
-    async fn count_runs(&self) -> Result<Vec<(RunStatus, u64)>, StoreError> {
-        self.inner.count_runs().await
-    }
-    async fn last_event_seq(&self) -> Result<i64, StoreError> {
-        self.inner.last_event_seq().await
-    }
-    async fn steps(&self, run_id: &str) -> Result<Vec<Step>, StoreError> {
-        self.inner.steps(run_id).await
-    }
-    async fn approvals(&self, run_id: &str) -> Result<Vec<Approval>, StoreError> {
-        self.inner.approvals(run_id).await
-    }
-    async fn approval(&self, id: &str) -> Result<Approval, StoreError> {
-        self.inner.approval(id).await
-    }
-    async fn events_after(
-        &self,
-        run_id: Option<&str>,
-        after: i64,
-        limit: u32,
-    ) -> Result<Vec<Event>, StoreError> {
-        self.inner.events_after(run_id, after, limit).await
-    }
-    async fn model_calls(&self, run_id: &str) -> Result<Vec<StoredModelCall>, StoreError> {
-        self.inner.model_calls(run_id).await
-    }
-    async fn count_events(&self) -> Result<u64, StoreError> {
-        self.inner.count_events().await
-    }
-}
-
-#[async_trait::async_trait]
-impl RunStore for Metered {
-    async fn create_run(
-        &self,
-        run: Run,
-        steps: Vec<Step>,
-        events: Vec<NewEvent>,
-    ) -> Result<Committed, StoreError> {
-        let t0 = Instant::now();
-        let out = self.inner.create_run(run, steps, events).await;
-        if out.is_ok() {
-            self.metrics.committed(t0.elapsed(), &[]);
-            self.hub.wake();
-        }
-        out
-    }
-    async fn commit(&self, t: Transition) -> Result<Committed, StoreError> {
-        let calls = t.model_calls.clone();
-        let t0 = Instant::now();
-        let out = self.inner.commit(t).await;
-        match &out {
-            Ok(_) => {
-                self.metrics.committed(t0.elapsed(), &calls);
-                self.hub.wake();
-            }
-            Err(StoreError::Conflict { .. }) => {
-                self.metrics.conflicts.fetch_add(1, Relaxed);
-            }
-            Err(_) => {}
-        }
-        out
-    }
-    async fn heartbeat(
-        &self,
-        run_id: &str,
-        owner: &str,
-        now: i64,
-        ttl_ms: i64,
-    ) -> Result<bool, StoreError> {
-        self.inner.heartbeat(run_id, owner, now, ttl_ms).await
-    }
-    async fn release_lease(&self, run_id: &str, owner: &str) -> Result<(), StoreError> {
-        self.inner.release_lease(run_id, owner).await
-    }
-    async fn claim(&self, now: i64, limit: u32, rule: ClaimRule) -> Result<Vec<Run>, StoreError> {
-        let runs = self.inner.claim(now, limit, rule).await?;
-        if !runs.is_empty() {
-            self.hub.wake();
-        }
-        Ok(runs)
-    }
-    fn writer_stats(&self) -> WriterStats {
-        self.inner.writer_stats()
+    fn claimed(&self, _runs: &[Run]) {
+        self.hub.wake();
     }
 }

@@ -16,6 +16,7 @@ pub use api::{RunConfig, DEFAULT_CONFIG, MAX_NOTE_BYTES, MAX_PAGE};
 pub use auth::{Caller, Role, Tokens, TokensFileError, LOCAL_OPERATOR};
 pub use claimer::{default_max_runs, ServeOptions, ServeReport, Server};
 pub use error::ApiError;
+pub use events::ends_run;
 pub use http::{raise_fd_limit, HttpOptions};
 pub use metrics::Metrics;
 
@@ -60,12 +61,15 @@ pub async fn run(
     let metrics = Arc::new(Metrics::default());
     let metered: Arc<dyn RunStore> = Arc::new(metrics::Metered::new(
         store.clone(),
-        metrics.clone(),
-        hub.clone(),
+        metrics::Meter {
+            metrics: metrics.clone(),
+            hub: hub.clone(),
+        },
     ));
     let lease_ms = i64::try_from(opts.lease.as_millis()).unwrap_or(i64::MAX);
     let rt = Runtime::on(metered).with_lease_ttl_ms(lease_ms);
     let follower = tokio::spawn(hub.clone().follow(store, FOLLOW_POLL));
+    let work = Arc::new(tokio::sync::Notify::new());
     let (closing, closed) = tokio::sync::watch::channel(false);
     let open_to_all = |w: &Web| {
         w.tokens.is_none() && !w.listener.local_addr().is_ok_and(|a| a.ip().is_loopback())
@@ -83,6 +87,7 @@ pub async fn run(
             tokens: w.tokens,
             configs: w.configs,
             max_body: w.max_body,
+            work: work.clone(),
         });
         let mut closed = closed.clone();
         tokio::spawn(http::serve(w.listener, app, w.http, async move {
@@ -90,6 +95,7 @@ pub async fn run(
         }))
     });
     let report = Server::new(rt, opts)
+        .woken_by(work)
         .serve(
             async {
                 stop.await;

@@ -12,12 +12,14 @@ pub mod encode;
 mod error;
 pub mod lease;
 mod location;
+mod observed;
 pub mod postgres;
 pub mod sqlite;
 
 pub use encode::{ApprovalRow, Prepared, StepRow, Write, Written};
 pub use error::StoreError;
 pub use location::{open, open_reader, Location, OpenOptions};
+pub use observed::{CommitObserver, Observed};
 pub use sqlite::{
     ReadOnlyStore, Store, StoreHandle, Sync, BUSY_TIMEOUT_MS, CURRENT_VERSION, MIGRATIONS,
     WAL_CHECKPOINT_PAGES, WRITER_THREAD,

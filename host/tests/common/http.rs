@@ -146,7 +146,20 @@ pub fn request(
     body: Option<&[u8]>,
 ) -> Reply {
     let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    send(&mut s, addr, method, path, token, extra, body);
+    answer(s)
+}
+
+/// Writes one request with `Connection: close` on `s`.
+pub fn send(
+    s: &mut TcpStream,
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    extra: &[(&str, &str)],
+    body: Option<&[u8]>,
+) {
     let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
     if let Some(t) = token {
         head.push_str(&format!("Authorization: Bearer {t}\r\n"));
@@ -166,6 +179,11 @@ pub fn request(
         // The server may answer (413) and close before reading it all.
         let _ = s.write_all(b);
     }
+}
+
+/// Reads the whole answer to the request sent on `s`.
+pub fn answer(mut s: TcpStream) -> Reply {
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
     parse(&read_reply(&mut s))
 }
 
@@ -258,6 +276,11 @@ pub fn follow_events(
         extra.push(("Last-Event-ID", id));
     }
     let reply = request(addr, "GET", path, token, &extra, None);
+    sse_events(&reply)
+}
+
+/// The events of an event-stream answer (keep-alive comments left out).
+pub fn sse_events(reply: &Reply) -> Vec<SseEvent> {
     assert_eq!(reply.status, 200, "{}", reply.body);
     assert!(reply
         .header("content-type")
