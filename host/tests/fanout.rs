@@ -1,6 +1,7 @@
 //! `keel bench fanout`: a small fan-out through the real binary, with the
 //! wasm agent and policy, journaled to a store the test then reads; and the
-//! command's answers to bad input.
+//! command's answers to bad input. `keel bench serve`: a small load
+//! through a server's API.
 
 mod common;
 
@@ -8,10 +9,14 @@ use common::wasm::{plugin_path, plugins_dir};
 use std::process::Output;
 
 fn keel(args: &[&str]) -> Output {
+    bench("fanout", args)
+}
+
+fn bench(which: &str, args: &[&str]) -> Output {
     let cache =
         std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/keel-test-cache");
     common::keel_bin()
-        .args(["bench", "fanout", "--plugins"])
+        .args(["bench", which, "--plugins"])
         .arg(plugins_dir())
         .arg("--cache-dir")
         .arg(cache)
@@ -148,4 +153,64 @@ fn bad_flags_are_usage_errors_that_say_what_is_wrong() {
         b"x",
         "an existing file is left alone"
     );
+}
+
+#[test]
+fn the_serve_bench_drives_every_run_through_the_api_and_times_streams_and_approvals() {
+    if !have_plugins() || plugin_path("tool-echo-rust.wasm").is_none() {
+        return;
+    }
+    let o = bench(
+        "serve",
+        &[
+            "--runs",
+            "200",
+            "--concurrency",
+            "50",
+            "--latency",
+            "5ms",
+            "--sse-clients",
+            "20",
+            "--approvals",
+            "10",
+            "--json",
+            "-",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON report");
+    let (serve, fanout) = (&r["serve"], &r["fanout"]);
+    assert_eq!(
+        (serve["completed"].as_u64(), serve["failed"].as_u64()),
+        (Some(200), Some(0)),
+        "{r}"
+    );
+    assert_eq!(
+        fanout["completed"], 200,
+        "the fan-out is measured beside it: {r}"
+    );
+    assert_eq!(serve["submit"]["count"], 200, "{r}");
+    assert_eq!(
+        serve["approve"]["count"], 10,
+        "every approval answered: {r}"
+    );
+    assert_eq!(serve["sse_clients"], 20, "{r}");
+    for spread in [
+        "submit",
+        "approve",
+        "events_under_load",
+        "events_after_approval",
+    ] {
+        let x = &serve[spread];
+        assert!(x["count"].as_u64().unwrap() > 0, "{spread}: {r}");
+        let (p50, p99, max) = (
+            x["p50_ms"].as_f64().unwrap(),
+            x["p99_ms"].as_f64().unwrap(),
+            x["max_ms"].as_f64().unwrap(),
+        );
+        assert!(0.0 <= p50 && p50 <= p99 && p99 <= max, "{spread}: {r}");
+    }
+    // Two model calls of 5 ms a run, 50 at once: at most 5,000 runs/s.
+    let tp = serve["throughput_runs_per_s"].as_f64().unwrap();
+    assert!(tp > 0.0 && tp < 5_000.0, "{r}");
 }

@@ -103,6 +103,13 @@ pub struct ServeBenchReport {
     pub events_after_approval: Spread,
     /// Times an event-stream client fell behind and reread the store.
     pub stream_rereads: u64,
+    /// Store transitions per run while driving (each its own compare-and-set).
+    pub transitions_per_run: f64,
+    /// Transitions per transaction, i.e. per sync (group commit).
+    pub transitions_per_commit: f64,
+    /// Of the transactions, the share a caller committed on its own thread
+    /// because the store was idle (SQLite).
+    pub inline_commit_pct: f64,
 }
 
 impl ServeBenchReport {
@@ -125,7 +132,8 @@ impl ServeBenchReport {
              \x20 commit → SSE, driving    {ev}\n\
              \x20 approve p50 / p90 / p99  {approve}\n\
              \x20 commit → SSE, approvals  {eva}\n\
-             \x20 stream rereads           {rr}",
+             \x20 stream rereads           {rr}\n\
+             \x20 store transitions        {tr:.1} per run, {tc:.1} per commit ({inl:.0}% committed inline)",
             runs = self.runs,
             max = self.max_runs,
             lat = self.latency_ms,
@@ -142,6 +150,9 @@ impl ServeBenchReport {
             approve = s(&self.approve),
             eva = s(&self.events_after_approval),
             rr = self.stream_rereads,
+            tr = self.transitions_per_run,
+            tc = self.transitions_per_commit,
+            inl = self.inline_commit_pct,
         )
     }
 }
@@ -197,6 +208,19 @@ impl CommitClock {
     }
 }
 
+/// The most runs the bench drives at once. Each may hold three instances,
+/// and each instance's pool slot reserves about 8.7 GB of address space
+/// (two memories of 4 GiB and their guards), in one contiguous region of
+/// a 47-bit address space that the program's own mappings split: about
+/// 10,000 instances fit (the fan-out's 5,000 runs in flight are 10,016).
+pub const MAX_RUNS_AT_ONCE: usize = 3_300;
+
+/// The pool's size: each run in flight holds an agent and a policy, and a
+/// tool instance while it calls.
+fn instances(max_runs: usize) -> u32 {
+    u32::try_from(max_runs * 3 + 64).unwrap_or(u32::MAX)
+}
+
 /// A config of the fan-out's plugins and model, with the echo tool as a
 /// component; `approve` makes the policy ask an operator about every call.
 fn write_config(opts: &ServeBenchOptions, name: &str, approve: bool) -> anyhow::Result<PathBuf> {
@@ -215,9 +239,13 @@ fn write_config(opts: &ServeBenchOptions, name: &str, approve: bool) -> anyhow::
             )
         })
         .unwrap_or_default();
-    // Each run in flight holds an agent and a policy, and a tool instance
-    // while it calls.
-    let instances = opts.max_runs * 3 + 64;
+    // Each config has its own engine and pool: the approvals' runs are
+    // all live at once (paused), the others at most `max_runs`.
+    let instances = instances(if approve {
+        opts.approvals
+    } else {
+        opts.max_runs
+    });
     let text = format!(
         r#"[engine]
 {cache}max_instances = {instances}
@@ -448,7 +476,17 @@ pub async fn run(opts: &ServeBenchOptions) -> anyhow::Result<ServeBenchReport> {
     if opts.runs == 0 || opts.max_runs == 0 {
         bail!("--runs and --concurrency must be at least 1");
     }
-    super::fanout::check_map_count(u32::try_from(opts.max_runs * 3 + 64).unwrap_or(u32::MAX))?;
+    if opts.max_runs > MAX_RUNS_AT_ONCE || opts.approvals > MAX_RUNS_AT_ONCE / 3 {
+        bail!(
+            "--concurrency {} --approvals {}: at most {MAX_RUNS_AT_ONCE} runs at once and {} approvals \
+             fit in a process's address space (each run may hold an agent, a policy and a tool \
+             instance, and each instance's pool slot reserves about 8.7 GB of address space)",
+            opts.max_runs,
+            opts.approvals,
+            MAX_RUNS_AT_ONCE / 3
+        );
+    }
+    super::fanout::check_map_count(instances(opts.max_runs))?;
     crate::serve::raise_fd_limit();
     let plain = write_config(opts, "bench.toml", false)?;
     let asking = write_config(opts, "approve.toml", true)?;
@@ -471,6 +509,17 @@ pub async fn run(opts: &ServeBenchOptions) -> anyhow::Result<ServeBenchReport> {
     let (inner, label) = open_store(&opts.store).await?;
     let clock = Arc::new(Observed::new(inner, CommitClock::default()));
     let store: Arc<dyn RunStore> = clock.clone();
+    // As `keel serve` does: reads for the API on a connection of their own
+    // (an in-memory database has only the one).
+    let reader: Arc<dyn RunReader> = match &opts.store {
+        StoreMode::Durable { path, .. } => {
+            crate::store::open_reader(&crate::store::Location::File(path.clone())).await?
+        }
+        StoreMode::Postgres(url) => {
+            crate::store::open_reader(&crate::store::Location::Postgres(url.clone())).await?
+        }
+        StoreMode::Memory => store.clone(),
+    };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let web = Web {
@@ -487,6 +536,7 @@ pub async fn run(opts: &ServeBenchOptions) -> anyhow::Result<ServeBenchReport> {
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(crate::serve::run(
         store.clone(),
+        reader,
         serve_opts,
         Some(web),
         async {
@@ -509,7 +559,8 @@ async fn load(
     let clock_of = clock.observer();
     let limit = Duration::from_secs(600);
     // Warm up: a run of each config, so that loading the plugins is not
-    // measured.
+    // measured. The server logs why if it cannot drive them.
+    let warm_limit = Duration::from_secs(120);
     let mut c = Client::connect(addr).await?;
     for config in [DEFAULT_CONFIG, "approve"] {
         c.post_json(
@@ -518,17 +569,23 @@ async fn load(
         )
         .await?;
     }
-    let warm = pending_approvals(clock, 1, limit).await?;
+    let warm = pending_approvals(clock, 1, warm_limit)
+        .await
+        .context("the warm-up runs (the server's log says why)")?;
     c.post_json(&format!("/api/approvals/{}/approve", warm[0]), "{}".into())
         .await?;
-    clock_of.until_ended(2, limit).await?;
+    clock_of
+        .until_ended(2, warm_limit)
+        .await
+        .context("the warm-up runs (the server's log says why)")?;
     let ended0 = clock_of.ended.load(Relaxed);
     let failed0 = clock_of.failed.load(Relaxed);
     super::reset_peak_rss();
 
     // Driving: every run through the API, some followed live.
+    let w0 = clock.writer_stats();
     let cpu0 = super::cpu_seconds();
-    let rereads0 = stream_rereads(&mut c).await?;
+    let rereads0 = stream_rereads(addr).await?;
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let streams = followers(addr, opts.sse_clients, rx);
     let t0 = Instant::now();
@@ -541,6 +598,7 @@ async fn load(
         .unwrap_or_else(Instant::now);
     let wall = last_end.saturating_duration_since(t0).as_secs_f64();
     let cpu_s = super::cpu_seconds() - cpu0;
+    let w1 = clock.writer_stats();
     let peak_rss = super::peak_rss_bytes().unwrap_or(0);
     let driven = streams
         .await
@@ -555,6 +613,9 @@ async fn load(
     let n = opts.approvals as u64;
     submit(addr, n, opts.submitters, "approve", tx).await?;
     let ids = pending_approvals(clock, opts.approvals, limit).await?;
+    // A connection idle past the server's header timeout is closed: a
+    // fresh one for the approvals.
+    let mut c = Client::connect(addr).await?;
     let mut approve_ms = Vec::with_capacity(ids.len());
     for id in &ids {
         let t = Instant::now();
@@ -577,7 +638,7 @@ async fn load(
     let approved = streams
         .await
         .context("the event-stream clients panicked")??;
-    let rereads = stream_rereads(&mut c).await? - rereads0;
+    let rereads = stream_rereads(addr).await? - rereads0;
 
     let runs = opts.runs;
     Ok(ServeBenchReport {
@@ -597,6 +658,11 @@ async fn load(
         approve: Spread::of(approve_ms),
         events_after_approval: event_latencies(clock_of, &approved),
         stream_rereads: rereads,
+        transitions_per_run: (w1.transitions - w0.transitions) as f64 / runs as f64,
+        transitions_per_commit: (w1.transitions - w0.transitions) as f64
+            / (w1.transactions - w0.transactions).max(1) as f64,
+        inline_commit_pct: 100.0 * (w1.inline - w0.inline) as f64
+            / (w1.transactions - w0.transactions).max(1) as f64,
     })
 }
 
@@ -625,8 +691,11 @@ async fn pending_approvals(
 }
 
 /// The server's `keel_event_stream_rereads_total`, read from `/metrics`.
-async fn stream_rereads(c: &mut Client) -> anyhow::Result<u64> {
-    let (status, body) = c.call("GET", "/metrics", String::new()).await?;
+async fn stream_rereads(addr: SocketAddr) -> anyhow::Result<u64> {
+    let (status, body) = Client::connect(addr)
+        .await?
+        .call("GET", "/metrics", String::new())
+        .await?;
     if status != StatusCode::OK {
         bail!("GET /metrics: {status}");
     }

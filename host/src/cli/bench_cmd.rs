@@ -41,15 +41,18 @@ pub enum BenchCommand {
     Serve {
         #[arg(long, default_value_t = 10_000)]
         runs: u64,
-        /// The server's max_runs: runs driven at once.
-        #[arg(long, default_value_t = 5_000)]
+        /// The server's max_runs: runs driven at once (the fan-out beside
+        /// it keeps as many in flight). At most 3,300: each may hold three
+        /// instances, of 8.7 GB of address space each.
+        #[arg(long, default_value_t = 3_000)]
         concurrency: u64,
         #[command(flatten)]
         load: LoadArgs,
         /// Event streams held open while the runs are driven, one run each.
         #[arg(long, default_value_t = 1_000)]
         sse_clients: usize,
-        /// Runs that pause for an approval, answered through the API.
+        /// Runs that pause for an approval, answered through the API (at
+        /// most 1,100).
         #[arg(long, default_value_t = 1_000)]
         approvals: usize,
         /// Connections submitting runs at once.

@@ -73,6 +73,7 @@ pub async fn serve(args: ServeArgs, store_flag: Option<String>) -> anyhow::Resul
         None => BTreeMap::new(),
     };
     let store = opening(&loc, crate::store::open(&loc, OpenOptions::default()).await)?;
+    let reader = opening(&loc, crate::store::open_reader(&loc).await)?;
     crate::serve::raise_fd_limit();
     let listener = tokio::net::TcpListener::bind(addr)
         .await
@@ -118,6 +119,7 @@ pub async fn serve(args: ServeArgs, store_flag: Option<String>) -> anyhow::Resul
     };
     let report = crate::serve::run(
         store,
+        reader,
         opts,
         Some(web),
         async {

@@ -7,7 +7,7 @@ use super::events::{to_json, Follow, Hub};
 use super::metrics::Metrics;
 use super::page;
 use crate::driver::Runtime;
-use crate::store::{RunQuery, StoreError};
+use crate::store::{RunQuery, RunReader, StoreError};
 use crate::types::*;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, QueryRejection};
@@ -35,6 +35,10 @@ pub struct RunConfig {
 /// What the API serves from.
 pub struct Api {
     pub rt: Runtime,
+    /// Where lists, event pages and streams read from: a connection of
+    /// their own where the engine allows, so that reads do not queue with
+    /// the runs' writes.
+    pub reader: Arc<dyn RunReader>,
     pub hub: Arc<Hub>,
     pub metrics: Arc<Metrics>,
     /// `None`: no tokens file; every caller is [`LOCAL_OPERATOR`].
@@ -197,7 +201,7 @@ async fn me(Extension(caller): Extension<Caller>) -> Response {
 }
 
 async fn metrics(State(api): State<Shared>) -> Result<Response, ApiError> {
-    let runs = api.rt.store().count_runs().await?;
+    let runs = api.reader.count_runs().await?;
     let text = api.metrics.render(&runs, &api.hub);
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response())
 }
@@ -219,13 +223,12 @@ async fn list_runs(
     let limit = page_limit(q.limit)?;
     let before = q.before.filter(|b| !b.is_empty());
     if let Some(b) = &before {
-        if api.rt.store().get_run(b).await?.is_none() {
+        if api.reader.get_run(b).await?.is_none() {
             return Err(ApiError::bad_request(format!("before: no run {b}")));
         }
     }
     let runs = api
-        .rt
-        .store()
+        .reader
         .find_runs(&RunQuery {
             status: parse("status", q.status.as_deref())?,
             limit,
@@ -304,7 +307,7 @@ async fn run_events(
     q: Result<Query<EventsQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let q = query(q)?;
-    let run = api.rt.store().run(&id).await?;
+    let run = api.reader.run(&id).await?;
     let wants_stream = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
@@ -318,8 +321,7 @@ async fn run_events(
     let after = last_id.or(q.after).unwrap_or(0);
     if !wants_stream {
         let events = api
-            .rt
-            .store()
+            .reader
             .events_after(Some(&id), after, page_limit(q.limit.or(Some(MAX_PAGE)))?)
             .await?;
         let events: Vec<_> = events.iter().map(to_json).collect();
@@ -330,7 +332,7 @@ async fn run_events(
     }
     let follow = Follow::new(
         &api.hub,
-        api.rt.store().clone(),
+        api.reader.clone(),
         &id,
         after,
         run.status.is_terminal(),
@@ -377,8 +379,7 @@ async fn list_approvals(
     let q = query(q)?;
     let status: Option<ApprovalStatus> = parse("status", q.status.as_deref())?;
     let approvals = api
-        .rt
-        .store()
+        .reader
         .list_approvals(status, page_limit(q.limit)?)
         .await?;
     let now = crate::driver::Clock::now_ms(&crate::driver::SystemClock);

@@ -94,14 +94,29 @@ impl Server {
         let mut report = ServeReport::default();
         let work = self.work.clone();
         tokio::pin!(stop);
+        // Whether the store may hold claimable runs not yet asked for: at
+        // start, after a claim that filled every slot it was offered, when
+        // this process made work (the API's notice), and at every poll
+        // (other processes' work, expired leases and approvals, retry
+        // times). A run ending frees a slot but makes nothing claimable,
+        // so it alone does not send the claim query to the store.
+        let mut look = true;
+        let mut next_poll = tokio::time::Instant::now() + self.opts.poll;
         loop {
             while live.try_join_next().is_some() {}
             let free = self.opts.max_runs.saturating_sub(live.len());
             let mut claimed = Vec::new();
-            if free > 0 {
-                match self.rt.claim(u32::try_from(free).unwrap_or(u32::MAX)).await {
-                    Ok(runs) => claimed = runs,
-                    Err(e) => tracing::warn!(error = %e, "claiming runs failed; trying again"),
+            if free > 0 && look {
+                let asked = u32::try_from(free).unwrap_or(u32::MAX);
+                match self.rt.claim(asked).await {
+                    Ok(runs) => {
+                        look = runs.len() >= asked as usize;
+                        claimed = runs;
+                    }
+                    Err(e) => {
+                        look = false;
+                        tracing::warn!(error = %e, "claiming runs failed; trying again at the next poll")
+                    }
                 }
             }
             for run in claimed {
@@ -117,12 +132,14 @@ impl Server {
                         "cannot load the run's config; it is tried again when its lease runs out"),
                 }
             }
-            let idle = live.len() < self.opts.max_runs;
             tokio::select! {
                 () = &mut stop => break,
                 _ = live.join_next(), if !live.is_empty() => {}
-                () = tokio::time::sleep(self.opts.poll), if idle => {}
-                () = work.notified(), if idle => {}
+                () = tokio::time::sleep_until(next_poll) => {
+                    look = true;
+                    next_poll = tokio::time::Instant::now() + self.opts.poll;
+                }
+                () = work.notified() => look = true,
             }
         }
         // Each live run stops at its next step boundary and gives its

@@ -21,7 +21,7 @@ pub use http::{raise_fd_limit, HttpOptions};
 pub use metrics::Metrics;
 
 use crate::driver::Runtime;
-use crate::store::RunStore;
+use crate::store::{RunReader, RunStore};
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
@@ -48,10 +48,13 @@ pub struct Web {
 }
 
 /// Runs a service on `store` until `stop` resolves: the claimer, and with
-/// `web` the API. Then the API closes, and the claimer stops as
-/// [`Server::serve`] says (`now` cuts its grace short).
+/// `web` the API, which reads lists and events from `reader` (the same
+/// store, on a connection of its own where the engine allows). Then the
+/// API closes, and the claimer stops as [`Server::serve`] says (`now`
+/// cuts its grace short).
 pub async fn run(
     store: Arc<dyn RunStore>,
+    reader: Arc<dyn RunReader>,
     opts: ServeOptions,
     web: Option<Web>,
     stop: impl Future<Output = ()>,
@@ -68,7 +71,7 @@ pub async fn run(
     ));
     let lease_ms = i64::try_from(opts.lease.as_millis()).unwrap_or(i64::MAX);
     let rt = Runtime::on(metered).with_lease_ttl_ms(lease_ms);
-    let follower = tokio::spawn(hub.clone().follow(store, FOLLOW_POLL));
+    let follower = tokio::spawn(hub.clone().follow(reader.clone(), FOLLOW_POLL));
     let work = Arc::new(tokio::sync::Notify::new());
     let (closing, closed) = tokio::sync::watch::channel(false);
     let open_to_all = |w: &Web| {
@@ -82,6 +85,7 @@ pub async fn run(
     let http = web.filter(|w| !open_to_all(w)).map(|w| {
         let app = api::router(api::Api {
             rt: rt.clone(),
+            reader,
             hub: hub.clone(),
             metrics,
             tokens: w.tokens,

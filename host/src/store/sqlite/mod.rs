@@ -497,10 +497,18 @@ impl Store {
         after: i64,
         limit: u32,
     ) -> Result<Vec<Event>, StoreError> {
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT seq, run_id, step_idx, kind, data, at FROM events
-             WHERE seq > ?1 AND (?2 IS NULL OR run_id = ?2) ORDER BY seq LIMIT ?3",
-        )?;
+        // Two statements, so that one run's events are found through its
+        // index (`run_id IS NULL OR ...` would read every later event).
+        let mut stmt = match run_id {
+            Some(_) => self.conn.prepare_cached(
+                "SELECT seq, run_id, step_idx, kind, data, at FROM events
+                 WHERE run_id = ?2 AND seq > ?1 ORDER BY seq LIMIT ?3",
+            )?,
+            None => self.conn.prepare_cached(
+                "SELECT seq, run_id, step_idx, kind, data, at FROM events
+                 WHERE seq > ?1 AND ?2 IS NULL ORDER BY seq LIMIT ?3",
+            )?,
+        };
         let rows = stmt.query_map(params![after, run_id, limit], read_event)?;
         Ok(rows.collect::<Result<Vec<_>, _>>()?)
     }
@@ -549,11 +557,18 @@ impl Store {
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
         let found = {
+            // The first two conditions follow from CLAIMABLE_SQL and
+            // are spelled as the `runs_claim` index is, so that only runs
+            // whose lease is free are read.
             let sql = format!(
-                "SELECT {RUN_COLUMNS} FROM runs WHERE {} ORDER BY updated_at, id LIMIT ?2",
+                "SELECT {RUN_COLUMNS} FROM runs
+                 WHERE status IN ('running', 'parked', 'waiting_for_approval')
+                   AND (CASE WHEN lease_owner IS NULL THEN 0 ELSE COALESCE(lease_expires, 0) END) <= ?1
+                   AND {}
+                 ORDER BY updated_at, id LIMIT ?2",
                 crate::store::CLAIMABLE_SQL.replace("$NOW", "?1")
             );
-            let mut stmt = tx.prepare(&sql)?;
+            let mut stmt = tx.prepare_cached(&sql)?;
             let mut rows = stmt.query(params![now, limit])?;
             let mut out = Vec::new();
             while let Some(r) = rows.next()? {

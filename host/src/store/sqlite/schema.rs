@@ -128,6 +128,11 @@ CREATE INDEX model_calls_run ON model_calls(run_id, id);
     r#"
 ALTER TABLE runs ADD COLUMN retry_at INTEGER;
 "#,
+    // 4: claims look up the runs whose lease is free by an index, instead
+    // of reading every running run (a server claims many times a second).
+    r#"
+CREATE INDEX runs_claim ON runs(status, (CASE WHEN lease_owner IS NULL THEN 0 ELSE COALESCE(lease_expires, 0) END));
+"#,
 ];
 
 /// The schema version this binary writes.

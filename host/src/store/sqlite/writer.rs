@@ -158,7 +158,7 @@ impl StoreHandle {
         })
     }
 
-    /// Runs `f` on the writer thread, in order with the queued commits.
+    /// Runs `f` on the writer thread, after the commits queued with it.
     pub async fn with<R: Send + 'static>(
         &self,
         f: impl FnOnce(&mut Store) -> R + Send + 'static,
@@ -175,6 +175,7 @@ impl StoreHandle {
 fn writer(shared: &Shared, rx: mpsc::Receiver<Job>) {
     let stats = &shared.counters;
     let mut group: Vec<(Box<Prepared>, Reply)> = Vec::new();
+    let mut calls: Vec<Box<dyn FnOnce(&mut Store) + Send>> = Vec::new();
     while let Ok(first) = rx.recv() {
         let woke = Instant::now();
         let mut store = shared.lock();
@@ -184,16 +185,21 @@ fn writer(shared: &Shared, rx: mpsc::Receiver<Job>) {
             taken += 1;
             match job {
                 Job::Commit(t, reply) => group.push((t, reply)),
-                Job::Call(f) => {
-                    flush(&mut store, &mut group, stats);
-                    f(&mut store);
-                }
+                // Reads and the writes of their own (claims, heartbeats)
+                // wait for the group that queued around them: a call
+                // between two commits would otherwise split their group
+                // in two, and each half would pay its own sync. A caller
+                // sees its own commits, which it awaited before calling.
+                Job::Call(f) => calls.push(f),
             }
-            if group.len() < MAX_GROUP {
+            if group.len() < MAX_GROUP && calls.len() < MAX_GROUP {
                 next = rx.try_recv().ok();
             }
         }
         flush(&mut store, &mut group, stats);
+        for f in calls.drain(..) {
+            f(&mut store);
+        }
         drop(store);
         let busy = u64::try_from(woke.elapsed().as_nanos()).unwrap_or(u64::MAX);
         stats.busy_ns.fetch_add(busy, Ordering::Relaxed);
