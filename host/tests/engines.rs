@@ -25,6 +25,7 @@ on_both_engines!(
     a_crash_at_any_write_point_loses_nothing_and_repeats_no_side_effect,
     claimers_in_three_processes_drive_every_run_once,
     a_follower_reading_by_number_misses_no_event_of_two_writers,
+    a_run_claimed_long_before_it_is_driven_is_driven_under_a_renewed_lease,
 );
 
 /// A run with every kind of step: an allowed call, a denied one, an
@@ -765,4 +766,77 @@ async fn claimers_in_three_processes_drive_every_run_once(s: TestStore) {
         );
     }
     assert!(pids.len() >= 2, "the pool was shared: {pids:?}");
+}
+
+/// An agent that completes the run once the test lets it.
+struct Deciding {
+    ran: std::sync::mpsc::Sender<()>,
+    wait: std::sync::mpsc::Receiver<()>,
+}
+
+#[async_trait::async_trait]
+impl Agent for Deciding {
+    async fn decide(&mut self, _view: RunView<'_>) -> Result<Decision, ConsumerError> {
+        let _ = self.ran.send(());
+        let _ = self.wait.recv_timeout(std::time::Duration::from_secs(30));
+        Ok(Decision::Complete("1".into()))
+    }
+}
+
+/// A clock the test moves by hand.
+struct Manual(std::sync::atomic::AtomicI64);
+
+impl keel::driver::Clock for Manual {
+    fn now_ms(&self) -> i64 {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// A claimed run is driven under the claim's lease when it starts at once;
+/// one whose plugins took long to start (most of the lease gone) takes its
+/// lease again first, so that its first steps do not run under a lease
+/// about to lapse, which another claimer could then take.
+async fn a_run_claimed_long_before_it_is_driven_is_driven_under_a_renewed_lease(s: TestStore) {
+    use std::sync::atomic::Ordering::SeqCst;
+    use std::time::Duration;
+    let t0 = 1_000_000;
+    let clock = Arc::new(Manual(std::sync::atomic::AtomicI64::new(t0)));
+    let store = s.open().await;
+    let rt = Runtime::on(store.clone())
+        .with_clock(clock.clone())
+        .with_lease_ttl_ms(30_000);
+    for (late_by, lease_at_least) in [(1_000, t0 + 30_000), (25_000, t0 + 25_000 + 30_000)] {
+        clock.0.store(t0, SeqCst);
+        let run = rt
+            .submit("slow start", Limits::default(), "{}")
+            .await
+            .unwrap();
+        let claimed = rt.claim(1).await.unwrap();
+        assert_eq!(claimed.len(), 1);
+        assert_eq!(claimed[0].lease_expires, Some(t0 + 30_000));
+        clock.0.store(t0 + late_by, SeqCst);
+        // The agent tells when it is deciding and waits to be let go, so
+        // that the test reads the lease the run has before its first
+        // commit (each commit extends it).
+        let (ran, running) = std::sync::mpsc::channel::<()>();
+        let (go, wait) = std::sync::mpsc::channel::<()>();
+        let (mut c, _) = consumers(vec![], vec![]);
+        c.agent = Box::new(Deciding { ran, wait });
+        let (rt2, first) = (rt.clone(), claimed[0].clone());
+        let driving = tokio::spawn(async move { rt2.drive_claimed(&first, c).await });
+        tokio::task::spawn_blocking(move || running.recv_timeout(Duration::from_secs(30)))
+            .await
+            .unwrap()
+            .expect("the step ran");
+        let during = store.run(&run.id).await.unwrap();
+        go.send(()).unwrap();
+        let out = driving.await.unwrap().unwrap();
+        assert_eq!(out.run.status, RunStatus::Completed);
+        assert_eq!(during.lease_owner, claimed[0].lease_owner, "{during:?}");
+        assert!(
+            during.lease_expires >= Some(lease_at_least),
+            "driven {late_by} ms after its claim, the agent decided under a lease to {:?}",
+            during.lease_expires
+        );
+    }
 }

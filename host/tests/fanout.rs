@@ -84,6 +84,26 @@ fn a_durable_fan_out_completes_every_run_and_journals_each_one_whole() {
     assert!(busy > 0.0 && busy <= 101.0, "{r}");
     assert!((0.0..=101.0).contains(&runnable), "{r}");
 
+    // The floor beside it did the same work without the loop: the same
+    // writes and journal records per run, the same plugin calls, and it
+    // cost less than the runs did.
+    let f = &r["floor"];
+    assert_eq!(f["runs"], 300, "{r}");
+    assert_eq!(f["writes_per_run"], r["transitions_per_run"], "{r}");
+    assert_eq!(
+        f["journal_records_per_run"], r["journal_records_per_run"],
+        "{r}"
+    );
+    // decide (a tool call), evaluate, decide (the answer).
+    assert_eq!(f["plugin_calls_per_run"], 3.0, "{r}");
+    let floor_cpu = r["floor_cpu_us_per_run"].as_f64().unwrap();
+    assert_eq!(f["cpu_us_per_run"].as_f64().unwrap(), floor_cpu);
+    assert!(floor_cpu > 0.0 && floor_cpu < cpu, "{r}");
+    let ratio = r["floor_ratio"].as_f64().unwrap();
+    assert!((ratio - cpu / floor_cpu).abs() < 1e-6, "{r}");
+    // Its store was a file of its own, removed afterwards.
+    assert!(!dir.path().join("fan.db.floor").exists());
+
     // The store holds every run (and the warm-up), completed, with both
     // model calls and the tool's step.
     let store = keel::Store::open_read_only(&db).unwrap();
@@ -124,6 +144,47 @@ fn the_in_memory_mode_reports_the_same_journal() {
 }
 
 #[test]
+fn the_floor_alone_does_the_runs_work_without_driving_them() {
+    if !have_plugins() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("floor.db");
+    let o = keel(&[
+        "--floor",
+        "--runs",
+        "200",
+        "--concurrency",
+        "50",
+        "--db",
+        db.to_str().unwrap(),
+        "--json",
+        "-",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let f: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON report");
+    assert_eq!(f["runs"], 200);
+    assert_eq!(f["live_pairs"], 50);
+    assert_eq!(f["runs_per_commit"], 50);
+    assert_eq!(f["writes_per_run"], 4.0);
+    assert_eq!(f["journal_records_per_run"], 12.0);
+    let (cpu, wasm, store) = (
+        f["cpu_us_per_run"].as_f64().unwrap(),
+        f["wasm_cpu_us_per_run"].as_f64().unwrap(),
+        f["store_cpu_us_per_run"].as_f64().unwrap(),
+    );
+    assert!(
+        wasm > 0.0 && store > 0.0 && (cpu - wasm - store).abs() < 1e-6,
+        "{f}"
+    );
+    // Only the recorded run was driven: the floor's rows went to a store
+    // of their own, removed afterwards.
+    let kept = keel::Store::open_read_only(&db).unwrap();
+    assert_eq!(kept.list_runs(None, 1000).unwrap().len(), 1);
+    assert!(!dir.path().join("floor.db.floor").exists());
+}
+
+#[test]
 fn bad_flags_are_usage_errors_that_say_what_is_wrong() {
     let dir = tempfile::tempdir().unwrap();
     let existing = dir.path().join("old.db");
@@ -138,6 +199,7 @@ fn bad_flags_are_usage_errors_that_say_what_is_wrong() {
         (&["--memory", "--sync", "normal"], "never synced"),
         (&["--db", existing], "exists"),
         (&["--agent", "/no/such/agent.wasm"], "no such component"),
+        (&["--floor", "--no-floor"], "cannot be used with"),
     ];
     for (args, says) in cases {
         let o = keel(args);

@@ -294,6 +294,12 @@ lease_ms = 1500
     Some(path)
 }
 
+/// The process id in a lease owner (`id@host:pid:start`).
+fn lease_pid(owner: &str) -> Option<u32> {
+    let (_, tag) = owner.rsplit_once('@')?;
+    tag.rsplitn(3, ':').nth(1)?.parse().ok()
+}
+
 async fn a_killed_servers_runs_are_finished_by_the_others_and_no_effect_runs_twice(s: TestStore) {
     let servers = match s.engine {
         common::engine::Engine::Sqlite => 2,
@@ -315,22 +321,37 @@ async fn a_killed_servers_runs_are_finished_by_the_others_and_no_effect_runs_twi
         ids.push(r.json()["id"].as_str().unwrap().to_string());
     }
 
-    // SIGKILL the first server a quarter of the way through.
+    // A quarter of the way through, SIGKILL the server that holds the most
+    // unfinished runs (which one claims what is up to the servers: the one
+    // the runs were posted to may have claimed only the first).
     let store = s.open().await;
     let since = Instant::now();
-    loop {
+    let victim = loop {
         let done = store.events_after(None, 0, 100_000).await.unwrap();
         let n = done.iter().filter(|e| e.kind == "step.done").count();
         if n >= runs * (writes + 1) / 4 {
-            break;
+            let mut held = vec![0; live.len()];
+            for id in &ids {
+                let r = store.run(id).await.unwrap();
+                let pid = r.lease_owner.as_deref().and_then(lease_pid);
+                if r.status == RunStatus::Running {
+                    if let Some(i) = live.iter().position(|l| Some(l.child.id()) == pid) {
+                        held[i] += 1;
+                    }
+                }
+            }
+            let (i, most) = held.iter().enumerate().max_by_key(|(_, h)| **h).unwrap();
+            if *most > 0 {
+                break i;
+            }
         }
         assert!(
             since.elapsed() < Duration::from_secs(60),
-            "the servers never got going ({n} steps)"
+            "the servers never got going ({n} steps) or finished before one could be killed"
         );
         tokio::time::sleep(Duration::from_millis(2)).await;
-    }
-    let killed = live.remove(0);
+    };
+    let killed = live.remove(victim);
     let pid = killed.child.id().to_string();
     assert!(std::process::Command::new("kill")
         .args(["-KILL", &pid])

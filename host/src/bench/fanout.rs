@@ -9,10 +9,11 @@
 //! closed loop), so the mean run latency is concurrency ÷ throughput by
 //! Little's law; the measured latencies give p50, p90 and p99.
 
+use super::floor::{FloorReport, Recorder, Recording};
 use crate::consumer::EventSink;
 use crate::driver::{Consumers, Runtime};
 use crate::model::{ModelGate, StubProvider};
-use crate::store::{RunStore, Store, StoreHandle, Sync};
+use crate::store::{Observed, RunStore, Store, StoreHandle, Sync};
 use crate::tools::ToolSet;
 use crate::types::{Effect, Limits, RunStatus, ToolSpec};
 use crate::wasm::{EngineOptions, Plugin, PluginLimits, WasmAgent, WasmHost, WasmPolicy, World};
@@ -46,6 +47,8 @@ pub struct FanoutOptions {
     pub policy: PathBuf,
     /// The compile cache (the components load from it after the first time).
     pub cache_dir: Option<PathBuf>,
+    /// Whether the floor ([`super::floor`]) is measured beside the runs.
+    pub floor: bool,
 }
 
 /// What one fan-out run measured.
@@ -92,6 +95,12 @@ pub struct FanoutReport {
     /// Of the wall time, the share the writer thread was ready to run but
     /// waited for a CPU (the workers had both).
     pub writer_runnable_pct: f64,
+    /// The floor's CPU per run, measured after the runs in this process
+    /// (none on PostgreSQL, or when not asked for).
+    pub floor_cpu_us_per_run: Option<f64>,
+    /// `cpu_us_per_run` ÷ `floor_cpu_us_per_run`: the headline figure.
+    pub floor_ratio: Option<f64>,
+    pub floor: Option<super::floor::FloorReport>,
 }
 
 impl FanoutReport {
@@ -135,7 +144,7 @@ impl FanoutReport {
              \x20 peak RSS           {rss:.0} MiB\n\
              \x20 CPU per run        {cpu_line}\n\
              \x20 store writer       {writer_line}\n\
-             \x20 journal records    {jr:.1} per run   ({tr:.1} transitions per run, {tc:.1} per commit)",
+             \x20 journal records    {jr:.1} per run   ({tr:.1} transitions per run, {tc:.1} per commit){floor}",
             runs = self.runs,
             conc = self.concurrency,
             lat = self.latency_ms,
@@ -155,6 +164,16 @@ impl FanoutReport {
             jr = self.journal_records_per_run,
             tr = self.transitions_per_run,
             tc = self.transitions_per_commit,
+            floor = match &self.floor {
+                Some(f) => format!(
+                    "\n  floor              {:.0} µs CPU per run (wasm {:.0}, store {:.0}): Keel is {:.2}× its floor",
+                    f.cpu_us_per_run,
+                    f.wasm_cpu_us_per_run,
+                    f.store_cpu_us_per_run,
+                    self.floor_ratio.unwrap_or(0.0)
+                ),
+                None => String::new(),
+            },
         )
     }
 }
@@ -172,7 +191,7 @@ fn echo_tool() -> Arc<dyn crate::ToolProvider> {
 }
 
 /// Everything shared by the runs of one fan-out.
-struct Bench {
+pub(crate) struct Bench {
     host: Arc<WasmHost>,
     agent: Arc<Plugin>,
     policy: Arc<Plugin>,
@@ -183,8 +202,25 @@ struct Bench {
 
 impl Bench {
     async fn consumers(&self) -> anyhow::Result<Consumers> {
+        self.consumers_on(self.gate_provider.clone()).await
+    }
+
+    /// The runs' model, answering at once.
+    pub(crate) fn instant_model(&self) -> Arc<StubProvider> {
+        Arc::new(StubProvider {
+            latency: Duration::ZERO,
+            ..(*self.gate_provider).clone()
+        })
+    }
+
+    /// A run's consumers, instantiated, the agent's model `model`.
+    pub(crate) async fn pair(&self, model: Arc<StubProvider>) -> anyhow::Result<Consumers> {
+        self.consumers_on(model).await
+    }
+
+    async fn consumers_on(&self, model: Arc<StubProvider>) -> anyhow::Result<Consumers> {
         let sink = Arc::new(EventSink::default());
-        let gate = Arc::new(ModelGate::new(self.gate_provider.clone()));
+        let gate = Arc::new(ModelGate::new(model));
         let agent = WasmAgent::new(
             &self.host,
             &self.agent,
@@ -268,9 +304,19 @@ pub(crate) async fn open_store(mode: &StoreMode) -> anyhow::Result<(Arc<dyn RunS
     })
 }
 
-/// Runs the fan-out and measures it. Call from a multi-threaded tokio
-/// runtime: the runs are spread over its workers.
-pub async fn run(opts: &FanoutOptions) -> anyhow::Result<FanoutReport> {
+/// What a fan-out and its floor share: the plugins, the store, one run
+/// done and recorded.
+struct Prepared {
+    bench: Arc<Bench>,
+    store: Arc<dyn RunStore>,
+    label: String,
+    runtime: Runtime,
+    limits: Limits,
+    concurrency: u64,
+    recording: Arc<Recording>,
+}
+
+async fn prepare(opts: &FanoutOptions) -> anyhow::Result<Prepared> {
     if opts.runs == 0 || opts.concurrency == 0 {
         bail!("--runs and --concurrency must be at least 1");
     }
@@ -325,8 +371,16 @@ pub async fn run(opts: &FanoutOptions) -> anyhow::Result<FanoutReport> {
     };
 
     // Warm up: one run, so the first real run does not pay for lazy set-up.
-    let c = bench.consumers().await?;
-    let out = runtime.start("warm-up", limits.clone(), "{}", c).await?;
+    // It is recorded (its writes, its plugin calls) for the floor.
+    let recording = Arc::new(Recording::default());
+    let recorded = Runtime::on(Arc::new(Observed::new(
+        store.clone(),
+        Recorder(recording.clone()),
+    )));
+    let mut c = bench.consumers().await?;
+    c.agent = recording.agent(c.agent);
+    c.policy = recording.policy(c.policy);
+    let out = recorded.start("warm-up", limits.clone(), "{}", c).await?;
     if out.run.status != RunStatus::Completed {
         bail!(
             "the warm-up run ended {} ({})",
@@ -334,6 +388,46 @@ pub async fn run(opts: &FanoutOptions) -> anyhow::Result<FanoutReport> {
             out.run.reason.map(|r| r.as_str()).unwrap_or("-")
         );
     }
+    Ok(Prepared {
+        bench,
+        store,
+        label,
+        runtime,
+        limits,
+        concurrency,
+        recording,
+    })
+}
+
+/// Only the floor of a fan-out with `opts` (`keel bench fanout --floor`):
+/// one run done and recorded, then the floor of `opts.runs` like it, with
+/// as many runs to a commit as the fan-out can group.
+pub async fn floor_only(opts: &FanoutOptions) -> anyhow::Result<FloorReport> {
+    let p = prepare(opts).await?;
+    let group = p.concurrency.min(crate::store::sqlite::MAX_GROUP as u64);
+    super::floor::measure(
+        &p.bench,
+        &p.recording,
+        &opts.store,
+        opts.runs,
+        p.concurrency,
+        group,
+    )
+    .await
+}
+
+/// Runs the fan-out and measures it, then its floor when asked. Call from
+/// a multi-threaded tokio runtime: the runs are spread over its workers.
+pub async fn run(opts: &FanoutOptions) -> anyhow::Result<FanoutReport> {
+    let Prepared {
+        bench,
+        store,
+        label,
+        runtime,
+        limits,
+        concurrency,
+        recording,
+    } = prepare(opts).await?;
     let before = store.writer_stats();
     let events_before = store.count_events().await?;
     let server0 = super::processes_cpu_seconds("postgres");
@@ -411,6 +505,19 @@ pub async fn run(opts: &FanoutOptions) -> anyhow::Result<FanoutReport> {
     let transitions = (after.transitions - before.transitions) as f64;
     let transactions = (after.transactions - before.transactions).max(1) as f64;
     let throughput = runs as f64 / wall;
+    let cpu_us_per_run = cpu_s * 1e6 / runs.max(1) as f64;
+    let floor = match (&opts.store, opts.floor) {
+        (StoreMode::Postgres(_), _) | (_, false) => None,
+        _ => {
+            // As many runs to a commit as Keel's own groups had writes.
+            let group = (transitions / transactions).round().max(1.0) as u64;
+            let f =
+                super::floor::measure(&bench, &recording, &opts.store, runs, concurrency, group)
+                    .await
+                    .context("measuring the floor")?;
+            Some(f)
+        }
+    };
     Ok(FanoutReport {
         runs,
         concurrency,
@@ -431,10 +538,15 @@ pub async fn run(opts: &FanoutOptions) -> anyhow::Result<FanoutReport> {
         transitions_per_run: transitions / runs.max(1) as f64,
         transitions_per_commit: transitions / transactions,
         cpu_s,
-        cpu_us_per_run: cpu_s * 1e6 / runs.max(1) as f64,
+        cpu_us_per_run,
         writer_cpu_us_per_run: writer.cpu_s * 1e6 / runs.max(1) as f64,
         server_cpu_us_per_run: server_cpu_s * 1e6 / runs.max(1) as f64,
         writer_busy_pct: (after.busy - before.busy).as_secs_f64() * 100.0 / wall,
         writer_runnable_pct: writer.runnable_s * 100.0 / wall,
+        floor_cpu_us_per_run: floor.as_ref().map(|f| f.cpu_us_per_run),
+        floor_ratio: floor
+            .as_ref()
+            .map(|f| cpu_us_per_run / f.cpu_us_per_run.max(f64::MIN_POSITIVE)),
+        floor,
     })
 }

@@ -2,6 +2,7 @@
 //! the real store) many at a time and report what the runtime adds.
 
 pub mod fanout;
+pub mod floor;
 pub mod serve;
 
 /// The process's peak resident set size in bytes (`VmHWM`), when the OS
@@ -32,6 +33,20 @@ pub fn quantile(sorted: &[f64], q: f64) -> f64 {
 /// the OS does not say).
 pub fn cpu_seconds() -> f64 {
     stat_cpu_seconds("/proc/self/stat")
+}
+
+/// The process's CPU time so far, in seconds, to the nanosecond where
+/// [`cpu_seconds`] counts scheduler ticks: for spans of milliseconds.
+pub fn cpu_seconds_fine() -> f64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is a valid timespec for the call to fill in.
+    if unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut t) } != 0 {
+        return cpu_seconds();
+    }
+    t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
 }
 
 /// Time so far of the process's threads named `name`, summed.

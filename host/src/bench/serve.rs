@@ -92,6 +92,10 @@ pub struct ServeBenchReport {
     pub throughput_runs_per_s: f64,
     /// The process's CPU (server and clients) per run, over that time.
     pub cpu_us_per_run: f64,
+    /// Of that, the store writer thread's.
+    pub writer_cpu_us_per_run: f64,
+    /// The HTTP clients' thread's.
+    pub clients_cpu_us_per_run: f64,
     pub peak_rss_mib: f64,
     /// `POST /api/runs`, as the submitting clients saw it.
     pub submit: Spread,
@@ -126,7 +130,7 @@ impl ServeBenchReport {
              \x20 completed {done}, failed {failed}\n\
              \x20 wall                     {wall:.3} s\n\
              \x20 throughput               {tp:.0} runs/s\n\
-             \x20 CPU per run              {cpu:.0} µs (server and clients)\n\
+             \x20 CPU per run              {cpu:.0} µs (server and clients): writer {wcpu:.0}, clients {ccpu:.0}, the rest (runs, API, streams) {rcpu:.0}\n\
              \x20 peak RSS                 {rss:.0} MiB\n\
              \x20 submit p50 / p90 / p99   {submit}\n\
              \x20 commit → SSE, driving    {ev}\n\
@@ -144,6 +148,11 @@ impl ServeBenchReport {
             wall = self.wall_s,
             tp = self.throughput_runs_per_s,
             cpu = self.cpu_us_per_run,
+            wcpu = self.writer_cpu_us_per_run,
+            ccpu = self.clients_cpu_us_per_run,
+            rcpu = self.cpu_us_per_run
+                - self.writer_cpu_us_per_run
+                - self.clients_cpu_us_per_run,
             rss = self.peak_rss_mib,
             submit = s(&self.submit),
             ev = s(&self.events_under_load),
@@ -544,10 +553,37 @@ pub async fn run(opts: &ServeBenchOptions) -> anyhow::Result<ServeBenchReport> {
         },
         std::future::pending(),
     ));
-    let outcome = load(opts, addr, &clock, &label).await;
+    // The clients stand for other programs: they run on a thread and a
+    // scheduler of their own, not among the server's tasks.
+    let outcome = {
+        let (opts, clock, label) = (opts.clone(), clock.clone(), label.clone());
+        on_own_thread(async move { load(&opts, addr, &clock, &label).await }).await
+    };
     let _ = stop_tx.send(());
     let _ = server.await;
     outcome
+}
+
+/// The clients' thread's name.
+const CLIENT_THREAD: &str = "keel-bench-load";
+
+/// Runs `f` to its end on a new thread with a single-threaded scheduler.
+async fn on_own_thread<T: Send + 'static>(
+    f: impl std::future::Future<Output = anyhow::Result<T>> + Send + 'static,
+) -> anyhow::Result<T> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("building the clients' scheduler")?;
+    let (tell, told) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name(CLIENT_THREAD.into())
+        .spawn(move || {
+            let _ = tell.send(rt.block_on(f));
+            rt.shutdown_background();
+        })
+        .context("starting the clients' thread")?;
+    told.await.context("the clients' thread panicked")?
 }
 
 async fn load(
@@ -585,6 +621,7 @@ async fn load(
     // Driving: every run through the API, some followed live.
     let w0 = clock.writer_stats();
     let cpu0 = super::cpu_seconds();
+    let threads0 = thread_cpu();
     let rereads0 = stream_rereads(addr).await?;
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let streams = followers(addr, opts.sse_clients, rx);
@@ -598,6 +635,7 @@ async fn load(
         .unwrap_or_else(Instant::now);
     let wall = last_end.saturating_duration_since(t0).as_secs_f64();
     let cpu_s = super::cpu_seconds() - cpu0;
+    let threads = thread_cpu().map2(threads0, |a, b| a - b);
     let w1 = clock.writer_stats();
     let peak_rss = super::peak_rss_bytes().unwrap_or(0);
     let driven = streams
@@ -652,6 +690,8 @@ async fn load(
         wall_s: wall,
         throughput_runs_per_s: runs as f64 / wall.max(1e-9),
         cpu_us_per_run: cpu_s * 1e6 / runs as f64,
+        writer_cpu_us_per_run: threads.writer * 1e6 / runs as f64,
+        clients_cpu_us_per_run: threads.clients * 1e6 / runs as f64,
         peak_rss_mib: peak_rss as f64 / (1 << 20) as f64,
         submit: Spread::of(submit_ms),
         events_under_load: event_latencies(clock_of, &driven),
@@ -664,6 +704,29 @@ async fn load(
         inline_commit_pct: 100.0 * (w1.inline - w0.inline) as f64
             / (w1.transactions - w0.transactions).max(1) as f64,
     })
+}
+
+/// CPU seconds so far of the threads the report splits out.
+#[derive(Clone, Copy)]
+struct ThreadCpu {
+    writer: f64,
+    clients: f64,
+}
+
+impl ThreadCpu {
+    fn map2(self, o: ThreadCpu, f: impl Fn(f64, f64) -> f64) -> ThreadCpu {
+        ThreadCpu {
+            writer: f(self.writer, o.writer),
+            clients: f(self.clients, o.clients),
+        }
+    }
+}
+
+fn thread_cpu() -> ThreadCpu {
+    ThreadCpu {
+        writer: super::thread_times(crate::store::WRITER_THREAD).cpu_s,
+        clients: super::thread_times(CLIENT_THREAD).cpu_s,
+    }
 }
 
 /// The ids of `n` pending approvals, once there are that many.

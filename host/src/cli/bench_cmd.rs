@@ -14,8 +14,11 @@ pub enum BenchCommand {
     /// Drive many durable runs at once against a stub model: each run has
     /// its own wasm agent (agent-llm) and policy (policy-rules), makes two
     /// model calls of --latency each and one tool call, and journals every
-    /// transition. Prints throughput, mean latency, p90, p99, peak RSS and
-    /// journal records per run.
+    /// transition. Prints throughput, mean latency, p90, p99, peak RSS,
+    /// journal records per run, and Keel's CPU per run beside its floor's:
+    /// the same rows committed straight to the same engine and the same
+    /// plugin instantiations and calls, without the loop (measured after
+    /// the runs, SQLite stores only).
     Fanout {
         #[arg(long, default_value_t = 20_000)]
         runs: u64,
@@ -28,6 +31,12 @@ pub enum BenchCommand {
         /// directory, removed afterwards). Must not exist.
         #[arg(long)]
         db: Option<PathBuf>,
+        /// Measure only the floor (one run is driven and recorded first).
+        #[arg(long, conflicts_with = "no_floor")]
+        floor: bool,
+        /// Do not measure the floor after the runs.
+        #[arg(long)]
+        no_floor: bool,
     },
     /// Run `keel serve` in this process on a loopback port and load it
     /// through its HTTP API: --runs runs submitted with POST /api/runs and
@@ -125,10 +134,39 @@ pub async fn run(cmd: BenchCommand, store_url: Option<String>) -> anyhow::Result
             concurrency,
             load,
             db,
+            floor,
+            no_floor,
         } => {
             let tmp = tempdir()?;
             let store = store_mode(&load, db, store_url, &tmp.0.join("fanout.db"))?;
-            let report = fanout::run(&fanout_options(&load, runs, concurrency, store)?).await?;
+            let mut opts = fanout_options(&load, runs, concurrency, store)?;
+            if floor {
+                if matches!(opts.store, StoreMode::Postgres(_)) {
+                    bail!("--floor is measured on SQLite stores only (a file or --memory)");
+                }
+                let f = fanout::floor_only(&opts).await?;
+                let text = format!(
+                    "fan-out floor: {} runs, {} pairs live, {} runs a commit, store {}\n\
+                     \x20 CPU per run        {:.0} µs (wasm {:.0}, store {:.0})\n\
+                     \x20 per run            {:.0} writes, {:.0} journal records, {:.0} plugin calls\n\
+                     \x20 wall               {:.3} s",
+                    f.runs,
+                    f.live_pairs,
+                    f.runs_per_commit,
+                    if load.memory { "in-memory" } else { "file" },
+                    f.cpu_us_per_run,
+                    f.wasm_cpu_us_per_run,
+                    f.store_cpu_us_per_run,
+                    f.writes_per_run,
+                    f.journal_records_per_run,
+                    f.plugin_calls_per_run,
+                    f.wall_s,
+                );
+                emit(&load, &f, text)?;
+                return Ok(0);
+            }
+            opts.floor = !no_floor;
+            let report = fanout::run(&opts).await?;
             emit(&load, &report, report.human())?;
             Ok(done(report.failed, report.runs))
         }
@@ -218,6 +256,7 @@ fn fanout_options(
         agent,
         policy,
         cache_dir: Some(load.cache_dir.clone()),
+        floor: false,
     })
 }
 

@@ -209,10 +209,7 @@ impl Runtime {
         run: &Run,
         consumers: Consumers,
     ) -> Result<Outcome, DriverError> {
-        let owner = run.lease_owner.clone().ok_or_else(|| {
-            DriverError::Invalid(format!("run {} was not claimed: it has no lease", run.id))
-        })?;
-        run_loop::resume(self, &run.id, consumers, None, Some(owner)).await
+        run_loop::resume(self, &run.id, consumers, None, Some(run.clone())).await
     }
 
     /// [`Runtime::resume`], taking the run's lease at once even while

@@ -153,25 +153,49 @@ pub(super) async fn resume(
     run_id: &str,
     c: Consumers,
     take_over: Option<String>,
-    claimed_as: Option<String>,
+    claimed: Option<Run>,
 ) -> Result<Outcome, DriverError> {
-    // A claimed run's lease is already this runtime's: taking it again
-    // only extends it.
-    let owner = claimed_as.unwrap_or_else(|| crate::store::lease::owner_id(&rt.ids.next("lease")));
     let now = rt.clock.now_ms();
-    let (id, o, ttl) = (run_id.to_string(), owner.clone(), rt.lease_ttl_ms);
-    let taken =
-        super::operator::take_lease_in(&*rt.store, &id, &o, now, ttl, take_over.as_deref()).await;
-    let run = match taken {
-        Ok(run) => run,
-        // Finished by another process since it was read above.
-        Err(StoreError::Terminal { run_id, status }) => {
-            return Err(DriverError::Terminal(run_id, status))
+    let ttl = rt.lease_ttl_ms;
+    let (owner, fresh) = match claimed {
+        Some(run) => {
+            let owner = run.lease_owner.clone().ok_or_else(|| {
+                DriverError::Invalid(format!("run {} was not claimed: it has no lease", run.id))
+            })?;
+            // The claim took the lease in its own transaction. While most
+            // of it is left (the run's plugins were instantiated at once),
+            // taking it again would cost a read and a commit on the store's
+            // writer only to extend it, which the heartbeat does. After a
+            // slow start it is taken again, as an unclaimed run's is.
+            let left = run.lease_expires.map_or(0, |e| e - now);
+            (owner, (left >= ttl * 2 / 3).then_some(run))
         }
-        Err(e) => return Err(e.into()),
+        None => (crate::store::lease::owner_id(&rt.ids.next("lease")), None),
     };
-    let id = run.id.clone();
-    let (steps, approvals) = (rt.store.steps(&id).await?, rt.store.approvals(&id).await?);
+    let run = match fresh {
+        Some(run) => run,
+        None => {
+            let id = run_id.to_string();
+            let taken = super::operator::take_lease_in(
+                &*rt.store,
+                &id,
+                &owner,
+                now,
+                ttl,
+                take_over.as_deref(),
+            )
+            .await;
+            match taken {
+                Ok(run) => run,
+                // Finished by another process since it was read above.
+                Err(StoreError::Terminal { run_id, status }) => {
+                    return Err(DriverError::Terminal(run_id, status))
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    };
+    let (steps, approvals) = rt.store.history(&run.id).await?;
     let mut lp = Loop {
         rt,
         owner,

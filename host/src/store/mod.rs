@@ -152,6 +152,11 @@ pub trait RunReader: Send + std::marker::Sync {
     async fn last_event_seq(&self) -> Result<i64, StoreError>;
     async fn steps(&self, run_id: &str) -> Result<Vec<Step>, StoreError>;
     async fn approvals(&self, run_id: &str) -> Result<Vec<Approval>, StoreError>;
+    /// A run's steps and approvals together, as a loop needs them to
+    /// resume it: one trip to the store where the engine allows it.
+    async fn history(&self, run_id: &str) -> Result<(Vec<Step>, Vec<Approval>), StoreError> {
+        Ok((self.steps(run_id).await?, self.approvals(run_id).await?))
+    }
     async fn approval(&self, id: &str) -> Result<Approval, StoreError>;
     /// Events numbered above `after`, oldest first, of one run or all.
     async fn events_after(

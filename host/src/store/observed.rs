@@ -16,6 +16,10 @@ pub trait CommitObserver: Send + std::marker::Sync {
     fn conflicted(&self) {}
     /// Runs were claimed (their lease transitions committed).
     fn claimed(&self, _runs: &[Run]) {}
+    /// A new run is about to be written (before its insert).
+    fn creating(&self, _run: &Run, _steps: &[Step], _events: &[NewEvent]) {}
+    /// A transition is about to be committed (before its compare-and-set).
+    fn committing(&self, _t: &Transition) {}
 }
 
 /// `inner`, observed by `observer`.
@@ -61,6 +65,9 @@ impl<O: CommitObserver> RunReader for Observed<O> {
     async fn approvals(&self, run_id: &str) -> Result<Vec<Approval>, StoreError> {
         self.inner.approvals(run_id).await
     }
+    async fn history(&self, run_id: &str) -> Result<(Vec<Step>, Vec<Approval>), StoreError> {
+        self.inner.history(run_id).await
+    }
     async fn approval(&self, id: &str) -> Result<Approval, StoreError> {
         self.inner.approval(id).await
     }
@@ -88,6 +95,7 @@ impl<O: CommitObserver> RunStore for Observed<O> {
         steps: Vec<Step>,
         events: Vec<NewEvent>,
     ) -> Result<Committed, StoreError> {
+        self.observer.creating(&run, &steps, &events);
         let t0 = Instant::now();
         let out = self.inner.create_run(run, steps, events).await;
         if let Ok(c) = &out {
@@ -96,6 +104,7 @@ impl<O: CommitObserver> RunStore for Observed<O> {
         out
     }
     async fn commit(&self, t: Transition) -> Result<Committed, StoreError> {
+        self.observer.committing(&t);
         let calls = if t.model_calls.is_empty() {
             Vec::new()
         } else {

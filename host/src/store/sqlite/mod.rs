@@ -14,7 +14,7 @@ mod writer;
 
 pub use reader::ReadOnlyStore;
 pub use schema::{CURRENT_VERSION, MIGRATIONS};
-pub use writer::{StoreHandle, WRITER_THREAD};
+pub use writer::{StoreHandle, MAX_GROUP, WRITER_THREAD};
 
 use super::encode::{ApprovalRow, Prepared, StepRow, Write, Written};
 use super::{Committed, Event, NewEvent, StoreError, StoredModelCall, Transition};

@@ -24,7 +24,7 @@ use tokio::sync::oneshot;
 pub const WRITER_THREAD: &str = "keel-store-writer";
 
 /// The most transitions committed together.
-const MAX_GROUP: usize = 512;
+pub const MAX_GROUP: usize = 512;
 
 /// The write goes back to its caller with what the statements reported:
 /// the caller builds its [`Committed`] and drops the write, not the writer.
@@ -271,6 +271,14 @@ impl crate::store::RunReader for StoreHandle {
     async fn approvals(&self, run_id: &str) -> Result<Vec<crate::types::Approval>, StoreError> {
         let id = run_id.to_string();
         self.with(move |s| s.load_approvals(&id)).await?
+    }
+    async fn history(
+        &self,
+        run_id: &str,
+    ) -> Result<(Vec<Step>, Vec<crate::types::Approval>), StoreError> {
+        let id = run_id.to_string();
+        self.with(move |s| Ok((s.load_steps(&id)?, s.load_approvals(&id)?)))
+            .await?
     }
     async fn approval(&self, id: &str) -> Result<crate::types::Approval, StoreError> {
         let id = id.to_string();
