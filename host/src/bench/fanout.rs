@@ -506,6 +506,8 @@ pub async fn run(opts: &FanoutOptions) -> anyhow::Result<FanoutReport> {
     let transactions = (after.transactions - before.transactions).max(1) as f64;
     let throughput = runs as f64 / wall;
     let cpu_us_per_run = cpu_s * 1e6 / runs.max(1) as f64;
+    // The runs' peak, before the floor's instances add their own.
+    let peak_rss_mib = super::peak_rss_bytes().unwrap_or(0) as f64 / (1 << 20) as f64;
     let floor = match (&opts.store, opts.floor) {
         (StoreMode::Postgres(_), _) | (_, false) => None,
         _ => {
@@ -533,7 +535,7 @@ pub async fn run(opts: &FanoutOptions) -> anyhow::Result<FanoutReport> {
         p90_ms: super::quantile(&latencies, 0.90),
         p99_ms: super::quantile(&latencies, 0.99),
         max_ms: latencies.last().copied().unwrap_or(0.0),
-        peak_rss_mib: super::peak_rss_bytes().unwrap_or(0) as f64 / (1 << 20) as f64,
+        peak_rss_mib,
         journal_records_per_run: events as f64 / total_runs,
         transitions_per_run: transitions / runs.max(1) as f64,
         transitions_per_commit: transitions / transactions,
