@@ -1169,15 +1169,15 @@ impl<'r> Loop<'r> {
             .clone()
             .ok_or_else(|| DriverError::Invalid(format!("step {i} has no call")))?;
         let result = {
-            let tools = self.c.tools.clone();
-            let c2 = call.clone();
+            let (tools, c2) = (&self.c.tools, &call);
             // A native tool that panics fails only its call. It runs here,
-            // in the loop's task: a task of its own cost a hop to another
-            // worker and back on every step.
-            let call = CatchPanic(Box::pin(async move { tools.call(&c2).await }));
+            // in the loop's task (borrowing the run's tools, not cloning
+            // them): a task of its own cost a hop to another worker and
+            // back on every step.
+            let running = CatchPanic(Box::pin(async move { tools.call(c2).await }));
             // A cancel does not interrupt a tool: its effect is under way.
             // The loop records its result on the cancelled run instead.
-            match wait(self.rt, &self.run.id, self.remaining(), false, call).await {
+            match wait(self.rt, &self.run.id, self.remaining(), false, running).await {
                 Waited::Deadline | Waited::Cancelled(_) => Err(ToolError::new(
                     "the run passed its wall-clock deadline while the tool ran",
                 )),
@@ -1200,7 +1200,8 @@ impl<'r> Loop<'r> {
         s.updated_at = now;
         let mut run = self.next_run(now);
         s.observation = Some(match result {
-            Ok(text) => match serde_json::from_str::<serde_json::Value>(&text) {
+            // Checked for being JSON without building it.
+            Ok(text) => match serde_json::from_str::<serde::de::IgnoredAny>(&text) {
                 Ok(_) => {
                     run.consecutive_failures = 0;
                     Observation {
