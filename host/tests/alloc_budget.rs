@@ -150,23 +150,34 @@ async fn wasm(calls: u32, pad: usize) -> Consumers {
         .chain(std::iter::once(serde_json::json!({ "complete": 1 })))
         .collect();
     let config = serde_json::json!({ "script": script }).to_string();
-    let set = tools(pad);
+    let model = Arc::new(StubProvider::new(std::time::Duration::ZERO));
+    pair(&agent, &config, &policy, tools(pad), model).await
+}
+
+/// `agent` (with `config`) and `policy` (the rules allowing echo)
+/// instantiated over `set`, the agent's model `model`.
+async fn pair(
+    agent: &keel::wasm::Plugin,
+    config: &str,
+    policy: &keel::wasm::Plugin,
+    set: ToolSet,
+    model: Arc<StubProvider>,
+) -> Consumers {
     let sink = Arc::new(EventSink::default());
-    let gate = Arc::new(ModelGate::new(Arc::new(StubProvider::new(
-        std::time::Duration::ZERO,
-    ))));
+    let gate = Arc::new(ModelGate::new(model));
+    let l = PluginLimits::default();
     let a = WasmAgent::new(
         &host(),
-        &agent,
-        &config,
+        agent,
+        config,
         set.specs(),
-        &PluginLimits::default(),
+        &l,
         gate.clone(),
         sink.clone(),
     )
     .await
     .unwrap();
-    let p = WasmPolicy::new(&host(), &policy, POLICY_RULES, &PluginLimits::default(), sink.clone())
+    let p = WasmPolicy::new(&host(), policy, POLICY_RULES, &l, sink.clone())
         .await
         .unwrap();
     Consumers::new(Box::new(a), Box::new(p), set, gate, sink)
@@ -210,24 +221,7 @@ async fn fanout_run(rt: &Runtime) -> Count {
         answer: "done".into(),
     });
     let one = || async {
-        let set = tools(0);
-        let sink = Arc::new(EventSink::default());
-        let gate = Arc::new(ModelGate::new(model.clone()));
-        let a = WasmAgent::new(
-            &host(),
-            &agent,
-            "{}",
-            set.specs(),
-            &PluginLimits::default(),
-            gate.clone(),
-            sink.clone(),
-        )
-        .await
-        .unwrap();
-        let p = WasmPolicy::new(&host(), &policy, POLICY_RULES, &PluginLimits::default(), sink.clone())
-            .await
-            .unwrap();
-        let c = Consumers::new(Box::new(a), Box::new(p), set, gate, sink);
+        let c = pair(&agent, "{}", &policy, tools(0), model.clone()).await;
         let lim = Limits {
             max_steps: 4,
             ..Limits::default()
@@ -249,7 +243,8 @@ async fn fanout_run(rt: &Runtime) -> Count {
 fn budgets() -> toml::Table {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/alloc_budgets.toml");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    text.parse().unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    text.parse()
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 #[test]

@@ -185,6 +185,38 @@ fn the_floor_alone_does_the_runs_work_without_driving_them() {
 }
 
 #[test]
+fn a_sweep_runs_the_fan_out_and_its_floor_at_each_concurrency() {
+    if !have_plugins() {
+        return;
+    }
+    let o = keel(&[
+        "--sweep",
+        "10,40",
+        "--runs",
+        "120",
+        "--latency",
+        "0",
+        "--memory",
+        "--json",
+        "-",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON report");
+    let points = r["sweep"].as_array().unwrap();
+    assert_eq!(points.len(), 2, "{r}");
+    for (p, c) in points.iter().zip([10, 40]) {
+        assert_eq!(p["concurrency"], c, "{r}");
+        assert_eq!(p["completed"], 120, "{r}");
+        assert!(p["floor_ratio"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    let growth = r["cpu_per_run_against_first"].as_array().unwrap();
+    assert_eq!(growth[0], 1.0);
+    let second = points[1]["cpu_us_per_run"].as_f64().unwrap()
+        / points[0]["cpu_us_per_run"].as_f64().unwrap();
+    assert!((growth[1].as_f64().unwrap() - second).abs() < 1e-9, "{r}");
+}
+
+#[test]
 fn bad_flags_are_usage_errors_that_say_what_is_wrong() {
     let dir = tempfile::tempdir().unwrap();
     let existing = dir.path().join("old.db");
@@ -200,6 +232,8 @@ fn bad_flags_are_usage_errors_that_say_what_is_wrong() {
         (&["--db", existing], "exists"),
         (&["--agent", "/no/such/agent.wasm"], "no such component"),
         (&["--floor", "--no-floor"], "cannot be used with"),
+        (&["--sweep", "5", "--floor"], "cannot be used with"),
+        (&["--sweep", "0"], "at least 1"),
     ];
     for (args, says) in cases {
         let o = keel(args);

@@ -37,6 +37,11 @@ pub enum BenchCommand {
         /// Do not measure the floor after the runs.
         #[arg(long)]
         no_floor: bool,
+        /// Run the fan-out (and its floor) once per concurrency in this
+        /// comma-separated list, instead of once at --concurrency, and
+        /// report the series: how CPU per run grows with the runs in flight.
+        #[arg(long, value_delimiter = ',', conflicts_with_all = ["floor", "db"])]
+        sweep: Vec<u64>,
     },
     /// Run `keel serve` in this process on a loopback port and load it
     /// through its HTTP API: --runs runs submitted with POST /api/runs and
@@ -136,7 +141,11 @@ pub async fn run(cmd: BenchCommand, store_url: Option<String>) -> anyhow::Result
             db,
             floor,
             no_floor,
+            sweep,
         } => {
+            if !sweep.is_empty() {
+                return run_sweep(&load, runs, &sweep, !no_floor, store_url).await;
+            }
             let tmp = tempdir()?;
             let store = store_mode(&load, db, store_url, &tmp.0.join("fanout.db"))?;
             let mut opts = fanout_options(&load, runs, concurrency, store)?;
@@ -224,6 +233,53 @@ pub async fn run(cmd: BenchCommand, store_url: Option<String>) -> anyhow::Result
             Ok(done(report.failed, report.runs))
         }
     }
+}
+
+/// The fan-out at each concurrency of `sweep`, each on a fresh store.
+async fn run_sweep(
+    load: &LoadArgs,
+    runs: u64,
+    sweep: &[u64],
+    floor: bool,
+    store_url: Option<String>,
+) -> anyhow::Result<i32> {
+    const MAX_POINTS: usize = 16;
+    if sweep.len() > MAX_POINTS {
+        bail!("--sweep takes at most {MAX_POINTS} concurrencies");
+    }
+    let tmp = tempdir()?;
+    let mut reports = Vec::new();
+    for (i, &c) in sweep.iter().enumerate() {
+        let store = store_mode(
+            load,
+            None,
+            store_url.clone(),
+            &tmp.0.join(format!("fanout-{i}.db")),
+        )?;
+        let mut opts = fanout_options(load, runs, c, store)?;
+        opts.floor = floor;
+        let r = fanout::run(&opts).await?;
+        eprintln!("{}", r.human());
+        reports.push(r);
+    }
+    let first = reports[0].cpu_us_per_run.max(f64::MIN_POSITIVE);
+    let mut text = String::from("in flight   CPU per run   against the first   floor   ratio\n");
+    for r in &reports {
+        text.push_str(&format!(
+            "{:>9}   {:>8.0} µs   {:>17.2}   {:>5}   {:>5}\n",
+            r.concurrency,
+            r.cpu_us_per_run,
+            r.cpu_us_per_run / first,
+            r.floor_cpu_us_per_run
+                .map_or("-".into(), |f| format!("{f:.0}")),
+            r.floor_ratio.map_or("-".into(), |f| format!("{f:.2}")),
+        ));
+    }
+    let growth: Vec<f64> = reports.iter().map(|r| r.cpu_us_per_run / first).collect();
+    let json = serde_json::json!({ "sweep": reports, "cpu_per_run_against_first": growth });
+    emit(load, &json, text.trim_end().to_string())?;
+    let failed = reports.iter().map(|r| r.failed).sum();
+    Ok(done(failed, reports.iter().map(|r| r.runs).sum()))
 }
 
 fn fanout_options(

@@ -934,7 +934,6 @@ impl<'r> Loop<'r> {
         let now = self.now();
         let mut s = self.steps[i as usize].clone();
         s.version += 1;
-        s.decision = Some(decision.clone());
         s.updated_at = now;
         let mut run = self.next_run(now);
         let mut events = vec![NewEvent::new(
@@ -999,6 +998,7 @@ impl<'r> Loop<'r> {
             run.consecutive_failures += 1;
             self.limit_failures(&mut run, &mut events);
         }
+        s.decision = Some(decision);
         if s.state == StepState::Decided {
             // A valid call: the policy judges it next, and the decision is
             // written with the verdict.
@@ -1166,10 +1166,10 @@ impl<'r> Loop<'r> {
     async fn execute(&mut self, i: u32) -> Flow<()> {
         let call = self.steps[i as usize]
             .call
-            .clone()
+            .as_ref()
             .ok_or_else(|| DriverError::Invalid(format!("step {i} has no call")))?;
         let result = {
-            let (tools, c2) = (&self.c.tools, &call);
+            let (tools, c2) = (&self.c.tools, call);
             // A native tool that panics fails only its call. It runs here,
             // in the loop's task (borrowing the run's tools, not cloning
             // them): a task of its own cost a hop to another worker and
