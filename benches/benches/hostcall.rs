@@ -11,7 +11,8 @@
 //!   signature; `import/paired` (printed, not a criterion bench) times
 //!   both in alternation and reports the ratio of the medians.
 //! * `noop/paired` (printed): a `decide` that does nothing, through Keel,
-//!   through its typed function alone, and a raw empty export, alternated.
+//!   through its typed function alone, a raw empty export, and the floor:
+//!   an empty export on Keel's own engine and store settings, alternated.
 //! * `view-handoff`: `decide` handed one step of 64 B to 1 MiB (last: it
 //!   sets a byte throughput for the group).
 //!
@@ -447,6 +448,7 @@ fn paired_noop(rt: &tokio::runtime::Runtime, host: &WasmHost, hostile: &keel::wa
     let (mut keel, _sink) = hostile_agent(rt, host, hostile, "noop");
     let (mut same, _sink2) = hostile_agent(rt, host, hostile, "noop");
     let (mut store, f) = raw_import(rt, true);
+    let (mut floor_store, floor) = empty_export_on(rt, host);
     let run = bench_run(1);
     let view = || RunView {
         run: &run,
@@ -455,7 +457,8 @@ fn paired_noop(rt: &tokio::runtime::Runtime, host: &WasmHost, hostile: &keel::wa
     };
     // The SDK's view starts from a reset; the first call hands it over.
     rt.block_on(same.decide(view())).unwrap();
-    let (mut k, mut s, mut r) = (
+    let (mut k, mut s, mut r, mut fl) = (
+        Vec::with_capacity(ROUNDS),
         Vec::with_capacity(ROUNDS),
         Vec::with_capacity(ROUNDS),
         Vec::with_capacity(ROUNDS),
@@ -464,20 +467,51 @@ fn paired_noop(rt: &tokio::runtime::Runtime, host: &WasmHost, hostile: &keel::wa
         let kt = timed(|| black_box(rt.block_on(keel.decide(view())).unwrap()));
         let st = timed(|| black_box(rt.block_on(same.decide_raw(&run)).unwrap().unwrap()));
         let rt0 = timed(|| rt.block_on(f.call_async(&mut store, (0,))).unwrap());
+        let ft = timed(|| rt.block_on(floor.call_async(&mut floor_store, ())).unwrap());
         if round >= 500 {
             k.push(kt.as_nanos() as f64);
             s.push(st.as_nanos() as f64);
             r.push(rt0.as_nanos() as f64);
+            fl.push(ft.as_nanos() as f64);
         }
     }
     let (k, s, r) = (median(&mut k), median(&mut s), median(&mut r));
+    let fl = median(&mut fl);
     println!(
         "noop/paired: a call that does nothing, medians of {ROUNDS} interleaved rounds: \
          keel decide {k:.0} ns; the same export through its typed function {s:.0} ns \
-         (keel/typed {:.2}); an empty export, fuel and epochs {r:.0} ns (keel/empty {:.2})",
+         (keel/typed {:.2}); an empty export, fuel and epochs {r:.0} ns (keel/empty {:.2}); \
+         the floor, an empty export on Keel's own engine {fl:.0} ns (keel/floor {:.2})",
         k / s,
-        k / r
+        k / r,
+        k / fl
     );
+}
+
+/// An empty export instantiated on Keel's own engine (its pool, fuel and
+/// epochs), in a store with fuel and a deadline as a plugin's has: the
+/// floor of any call Keel makes.
+fn empty_export_on(
+    rt: &tokio::runtime::Runtime,
+    host: &WasmHost,
+) -> (wasmtime::Store<()>, wasmtime::component::TypedFunc<(), ()>) {
+    let engine = host.engine();
+    let wat = r#"(component
+        (core module $m (func (export "noop")))
+        (core instance $i (instantiate $m))
+        (func (export "noop") (canon lift (core func $i "noop"))))"#;
+    let component = wasmtime::component::Component::new(engine, wat).unwrap();
+    let linker = wasmtime::component::Linker::<()>::new(engine);
+    let mut store = wasmtime::Store::new(engine, ());
+    store.set_fuel(u64::MAX / 2).unwrap();
+    store.set_epoch_deadline(1 << 40);
+    let instance = rt
+        .block_on(linker.instantiate_async(&mut store, &component))
+        .unwrap();
+    let f = instance
+        .get_typed_func::<(), ()>(&mut store, "noop")
+        .unwrap();
+    (store, f)
 }
 
 fn timed<R>(f: impl FnOnce() -> R) -> Duration {
