@@ -297,7 +297,7 @@ lease_ms = 1500
 /// The process id in a lease owner (`id@host:pid:start`).
 fn lease_pid(owner: &str) -> Option<u32> {
     let (_, tag) = owner.rsplit_once('@')?;
-    tag.rsplitn(3, ':').nth(1)?.parse().ok()
+    tag.rsplit(':').nth(1)?.parse().ok()
 }
 
 async fn a_killed_servers_runs_are_finished_by_the_others_and_no_effect_runs_twice(s: TestStore) {
