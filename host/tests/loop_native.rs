@@ -663,7 +663,7 @@ async fn the_journal_lists_every_event_in_the_order_it_happened(s: TestStore) {
         .unwrap();
     let events: Vec<String> = journal
         .iter()
-        .map(|e| match e.kind.as_str() {
+        .map(|e| match e.kind.as_ref() {
             "plugin.log" => format!(
                 "log {}",
                 serde_json::from_str::<serde_json::Value>(&e.data).unwrap()["message"]
@@ -731,7 +731,7 @@ fn event_lookup(
                     .await
                     .unwrap()
                     .first()
-                    .map(|f| (f.seq, f.kind.clone()));
+                    .map(|f| (f.seq, f.kind.to_string()));
                 if tell.send(found).is_err() {
                     break;
                 }
@@ -759,7 +759,7 @@ async fn an_observer_sees_each_event_once_in_order_and_only_after_its_commit(s: 
         .with_observer(Arc::new(move |e: &keel::store::Event| {
             assert_eq!(
                 lookup(e),
-                Some((e.seq, e.kind.clone())),
+                Some((e.seq, e.kind.to_string())),
                 "notified before its commit"
             );
             s2.lock().unwrap().push(e.seq);

@@ -509,7 +509,7 @@ async fn an_outage_parks_the_run_without_charging_it_and_resume_continues_it() {
         .events_after(Some(&out.run.id), 0, 1_000)
         .unwrap()
         .into_iter()
-        .map(|e| e.kind)
+        .map(|e| e.kind.into_owned())
         .collect();
     let at = |k: &str| kinds.iter().position(|x| x == k).unwrap_or(usize::MAX);
     assert!(

@@ -144,6 +144,6 @@ async fn a_server_restart_fails_no_run_for_good() {
     for id in [&a.run.id, &b.run.id] {
         let ev = rt.store().events_after(Some(id), 0, 1000).await.unwrap();
         assert!(ev.windows(2).all(|w| w[0].seq < w[1].seq));
-        assert_eq!(ev.last().unwrap().kind.as_str(), "run.completed");
+        assert_eq!(ev.last().unwrap().kind.as_ref(), "run.completed");
     }
 }

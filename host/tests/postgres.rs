@@ -206,7 +206,7 @@ async fn a_live_loop_whose_connection_ends_mid_write_stops_clearly_and_resumes()
         .events_after(Some(&run_id), 0, 1000)
         .await
         .unwrap();
-    assert_eq!(ev.last().unwrap().kind.as_str(), "run.completed");
+    assert_eq!(ev.last().unwrap().kind.as_ref(), "run.completed");
 }
 
 /// `keel --store URL ARGS…` with the password of `url` never shown.

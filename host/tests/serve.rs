@@ -163,7 +163,7 @@ async fn a_server_drives_submitted_runs_and_acts_on_approvals_and_stops_on_sigte
             .await
             .unwrap()
             .into_iter()
-            .map(|e| format!("{} {}", e.kind.as_str(), e.data))
+            .map(|e| format!("{} {}", e.kind, e.data))
             .collect();
         let writes = kinds
             .iter()
@@ -242,7 +242,7 @@ async fn a_stopped_server_leaves_runs_at_a_step_boundary_for_the_next(s: TestSto
         .await
         .unwrap()
         .iter()
-        .filter(|e| e.kind.as_str() == "step.started")
+        .filter(|e| e.kind == "step.started")
         .count();
     assert_eq!(started, n + 1, "no step started twice");
 }

@@ -221,7 +221,7 @@ fn a_version_1_store_is_migrated_keeping_every_event_and_its_number() {
         .unwrap();
     assert_eq!(version, keel::store::CURRENT_VERSION);
     let old = store.events_after(Some("old"), 0, 100).unwrap();
-    let seen: Vec<(i64, &str)> = old.iter().map(|e| (e.seq, e.kind.as_str())).collect();
+    let seen: Vec<(i64, &str)> = old.iter().map(|e| (e.seq, e.kind.as_ref())).collect();
     assert_eq!(
         seen,
         [

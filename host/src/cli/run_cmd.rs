@@ -416,7 +416,7 @@ mod tests {
             seq,
             run_id: "r".into(),
             step_index: None,
-            kind: kind.into(),
+            kind: kind.to_string().into(),
             data: "{}".into(),
             at: 0,
         }

@@ -131,7 +131,7 @@ pub(super) async fn start(
     let owner = crate::store::lease::owner_id(&rt.ids.next("lease"));
     let (run, steps, events) = new_run(rt, goal, limits, meta, Some(&owner))?;
     let committed = rt.store.create_run(run, steps, events).await?;
-    let crash_points = crash_points(rt, committed.events.iter().map(|e| e.kind.as_str()));
+    let crash_points = crash_points(rt, committed.events.iter().map(|e| &*e.kind));
     let mut lp = Loop {
         rt,
         owner,

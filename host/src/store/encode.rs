@@ -255,7 +255,7 @@ impl Prepared {
                 seq,
                 run_id: run.id.clone(),
                 step_index: e.step_index,
-                kind: e.kind.to_string(),
+                kind: std::borrow::Cow::Borrowed(e.kind),
                 data: e.data,
                 at: run.updated_at,
             })

@@ -114,7 +114,7 @@ pub struct Event {
     pub run_id: String,
     pub step_index: Option<u32>,
     /// As stored: an [`EventKind`]'s spelling, or one a newer Keel wrote.
-    pub kind: String,
+    pub kind: std::borrow::Cow<'static, str>,
     /// JSON text.
     pub data: String,
     pub at: i64,

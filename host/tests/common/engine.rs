@@ -290,7 +290,7 @@ pub async fn event_kinds<R: RunReader + ?Sized>(store: &R, run_id: &str) -> Vec<
         .await
         .unwrap()
         .into_iter()
-        .map(|e| e.kind)
+        .map(|e| e.kind.into_owned())
         .collect()
 }
 

@@ -137,7 +137,7 @@ pub fn kinds(store: &Store, run_id: &str) -> Vec<String> {
         .events_after(Some(run_id), 0, 10_000)
         .unwrap()
         .into_iter()
-        .map(|e| e.kind)
+        .map(|e| e.kind.into_owned())
         .collect()
 }
 pub mod engine;

@@ -97,7 +97,7 @@ pub fn read_event(row: &Row) -> Result<Event, StoreError> {
             .map(u32::try_from)
             .transpose()
             .map_err(|e| StoreError::BadRow(format!("event step: {e}")))?,
-        kind: row.try_get(3).map_err(bad)?,
+        kind: row.try_get::<_, String>(3).map_err(bad)?.into(),
         data: row.try_get(4).map_err(bad)?,
         at: row.try_get(5).map_err(bad)?,
     })
