@@ -222,6 +222,9 @@ fn bad_flags_are_usage_errors_that_say_what_is_wrong() {
     let existing = dir.path().join("old.db");
     std::fs::write(&existing, b"x").unwrap();
     let existing = existing.to_str().unwrap();
+    std::fs::write(dir.path().join("f.db.floor"), b"x").unwrap();
+    let floor_taken = dir.path().join("f.db");
+    let floor_taken = floor_taken.to_str().unwrap();
     let cases: &[(&[&str], &str)] = &[
         (&["--runs", "0"], "at least 1"),
         (&["--latency", "5 parsecs"], "unknown unit"),
@@ -234,6 +237,7 @@ fn bad_flags_are_usage_errors_that_say_what_is_wrong() {
         (&["--floor", "--no-floor"], "cannot be used with"),
         (&["--sweep", "5", "--floor"], "cannot be used with"),
         (&["--sweep", "0"], "at least 1"),
+        (&["--db", floor_taken], "floor writes a fresh store"),
     ];
     for (args, says) in cases {
         let o = keel(args);
@@ -249,6 +253,8 @@ fn bad_flags_are_usage_errors_that_say_what_is_wrong() {
         b"x",
         "an existing file is left alone"
     );
+    // A floor store in the way is found before any run is driven.
+    assert!(!dir.path().join("f.db").exists());
 }
 
 #[test]

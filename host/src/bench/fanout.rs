@@ -316,11 +316,20 @@ struct Prepared {
     recording: Arc<Recording>,
 }
 
-async fn prepare(opts: &FanoutOptions) -> anyhow::Result<Prepared> {
+async fn prepare(opts: &FanoutOptions, floor: bool) -> anyhow::Result<Prepared> {
     if opts.runs == 0 || opts.concurrency == 0 {
         bail!("--runs and --concurrency must be at least 1");
     }
     let concurrency = opts.concurrency.min(opts.runs);
+    if let (true, StoreMode::Durable { path, .. }) = (floor, &opts.store) {
+        let floor = super::floor::floor_path(path);
+        if floor.exists() {
+            bail!(
+                "{}: exists; the floor writes a fresh store there (remove it)",
+                floor.display()
+            );
+        }
+    }
     // Each run in flight holds an agent and a policy instance.
     let max_instances = u32::try_from(concurrency * 2 + 16)
         .context("--concurrency is too large for the instance pool")?;
@@ -403,7 +412,7 @@ async fn prepare(opts: &FanoutOptions) -> anyhow::Result<Prepared> {
 /// one run done and recorded, then the floor of `opts.runs` like it, with
 /// as many runs to a commit as the fan-out can group.
 pub async fn floor_only(opts: &FanoutOptions) -> anyhow::Result<FloorReport> {
-    let p = prepare(opts).await?;
+    let p = prepare(opts, true).await?;
     let group = p.concurrency.min(crate::store::sqlite::MAX_GROUP as u64);
     super::floor::measure(
         &p.bench,
@@ -427,7 +436,7 @@ pub async fn run(opts: &FanoutOptions) -> anyhow::Result<FanoutReport> {
         limits,
         concurrency,
         recording,
-    } = prepare(opts).await?;
+    } = prepare(opts, opts.floor).await?;
     let before = store.writer_stats();
     let events_before = store.count_events().await?;
     let server0 = super::processes_cpu_seconds("postgres");

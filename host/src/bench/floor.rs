@@ -332,7 +332,8 @@ fn commit_all(
     Ok((cpu, committed, store.count_events()?))
 }
 
-fn floor_path(p: &Path) -> PathBuf {
+/// Where the floor writes its store beside a fan-out's file `p`.
+pub(crate) fn floor_path(p: &Path) -> PathBuf {
     let mut s = p.as_os_str().to_owned();
     s.push(".floor");
     PathBuf::from(s)
