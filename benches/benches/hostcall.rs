@@ -96,19 +96,7 @@ fn bench_hostcall(c: &mut Criterion) {
     let mut g = c.benchmark_group("hostcall");
     {
         let engine = wasmtime::Engine::default();
-        let wat = r#"(component
-            (core module $m (func (export "noop")))
-            (core instance $i (instantiate $m))
-            (func (export "noop") (canon lift (core func $i "noop"))))"#;
-        let component = wasmtime::component::Component::new(&engine, wat).unwrap();
-        let linker = wasmtime::component::Linker::<()>::new(&engine);
-        let mut store = wasmtime::Store::new(&engine, ());
-        let instance = rt
-            .block_on(linker.instantiate_async(&mut store, &component))
-            .unwrap();
-        let f = instance
-            .get_typed_func::<(), ()>(&mut store, "noop")
-            .unwrap();
+        let (mut store, f) = empty_export(&rt, &engine);
         g.bench_function("noop/raw-typed", |b| {
             b.iter(|| rt.block_on(f.call_async(&mut store, ())).unwrap())
         });
@@ -495,7 +483,15 @@ fn empty_export_on(
     rt: &tokio::runtime::Runtime,
     host: &WasmHost,
 ) -> (wasmtime::Store<()>, wasmtime::component::TypedFunc<(), ()>) {
-    let engine = host.engine();
+    empty_export(rt, host.engine())
+}
+
+/// An empty export instantiated on `engine`, its store given fuel and an
+/// epoch deadline where the engine meters them.
+fn empty_export(
+    rt: &tokio::runtime::Runtime,
+    engine: &wasmtime::Engine,
+) -> (wasmtime::Store<()>, wasmtime::component::TypedFunc<(), ()>) {
     let wat = r#"(component
         (core module $m (func (export "noop")))
         (core instance $i (instantiate $m))
@@ -503,8 +499,12 @@ fn empty_export_on(
     let component = wasmtime::component::Component::new(engine, wat).unwrap();
     let linker = wasmtime::component::Linker::<()>::new(engine);
     let mut store = wasmtime::Store::new(engine, ());
-    store.set_fuel(u64::MAX / 2).unwrap();
-    store.set_epoch_deadline(1 << 40);
+    if engine.get_consume_fuel() {
+        store.set_fuel(u64::MAX / 2).unwrap();
+    }
+    if engine.get_epoch_interruption() {
+        store.set_epoch_deadline(1 << 40);
+    }
     let instance = rt
         .block_on(linker.instantiate_async(&mut store, &component))
         .unwrap();
