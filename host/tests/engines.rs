@@ -583,6 +583,12 @@ async fn child() {
                 while let Some(done) = live.join_next().await {
                     assert_eq!(done.unwrap().run.status, RunStatus::Completed);
                 }
+                // A pause between batches, as a server's claimer has: a
+                // claimer waiting in SQLite's busy handler (which sleeps
+                // up to 100 ms between tries) would otherwise find the
+                // write lock taken again each time it looks, and one fast
+                // process would drain the pool alone.
+                tokio::time::sleep(std::time::Duration::from_millis(30)).await;
             }
         }
         other => panic!("unknown child mode {other}"),
