@@ -214,11 +214,7 @@ impl Bench {
     }
 
     /// A run's consumers, instantiated, the agent's model `model`.
-    pub(crate) async fn pair(&self, model: Arc<StubProvider>) -> anyhow::Result<Consumers> {
-        self.consumers_on(model).await
-    }
-
-    async fn consumers_on(&self, model: Arc<StubProvider>) -> anyhow::Result<Consumers> {
+    pub(crate) async fn consumers_on(&self, model: Arc<StubProvider>) -> anyhow::Result<Consumers> {
         let sink = Arc::new(EventSink::default());
         let gate = Arc::new(ModelGate::new(model));
         let agent = WasmAgent::new(

@@ -208,6 +208,11 @@ pub(crate) async fn measure(
             "the recorded run made no writes or no plugin calls: nothing to measure a floor from"
         );
     }
+    let path = match store {
+        StoreMode::Durable { path, sync } => Some((floor_path(path), *sync)),
+        StoreMode::Memory => None,
+        StoreMode::Postgres(_) => bail!("the floor is measured on SQLite stores only"),
+    };
     let (live, group) = (live.clamp(1, runs.max(1)), group.clamp(1, runs.max(1)));
     let started = Instant::now();
 
@@ -219,7 +224,7 @@ pub(crate) async fn measure(
         let n = live.min(runs - done);
         let mut pairs = Vec::with_capacity(n as usize);
         for _ in 0..n {
-            pairs.push(bench.pair(answer_at_once.clone()).await?);
+            pairs.push(bench.consumers_on(answer_at_once.clone()).await?);
         }
         for c in &mut pairs {
             for call in &calls {
@@ -256,11 +261,6 @@ pub(crate) async fn measure(
     let wasm_s = super::cpu_seconds_fine() - cpu0;
 
     // The store side, on a thread of its own as Keel's writer is.
-    let path = match store {
-        StoreMode::Durable { path, sync } => Some((floor_path(path), *sync)),
-        StoreMode::Memory => None,
-        StoreMode::Postgres(_) => bail!("the floor is measured on SQLite stores only"),
-    };
     let writes_per_run = writes.len() as f64;
     let (store_s, kept, events) = tokio::task::spawn_blocking(move || {
         let out = commit_all(path.as_ref(), &writes, runs, group);

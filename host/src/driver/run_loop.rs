@@ -1169,12 +1169,12 @@ impl<'r> Loop<'r> {
             .as_ref()
             .ok_or_else(|| DriverError::Invalid(format!("step {i} has no call")))?;
         let result = {
-            let (tools, c2) = (&self.c.tools, call);
+            let tools = &self.c.tools;
             // A native tool that panics fails only its call. It runs here,
             // in the loop's task (borrowing the run's tools, not cloning
             // them): a task of its own cost a hop to another worker and
             // back on every step.
-            let running = CatchPanic(Box::pin(async move { tools.call(c2).await }));
+            let running = CatchPanic(Box::pin(async move { tools.call(call).await }));
             // A cancel does not interrupt a tool: its effect is under way.
             // The loop records its result on the cancelled run instead.
             match wait(self.rt, &self.run.id, self.remaining(), false, running).await {
