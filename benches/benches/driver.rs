@@ -102,7 +102,7 @@ fn bench_driver(c: &mut Criterion) {
                 let dir = tempfile::tempdir().unwrap();
                 let mut store = Store::open(dir.path().join("c.db"), sync).unwrap();
                 let mut run = bare_run();
-                store.create_run(&run, vec![]).unwrap();
+                run = store.create_run(&run, vec![]).unwrap().run;
                 let mut i = 0u32;
                 b.iter(|| {
                     bare_step(&mut store, &mut run, i);
@@ -128,6 +128,15 @@ fn bench_driver(c: &mut Criterion) {
 /// for an allowed call: the decision with its verdict and `executing`,
 /// then the result with the next step's start. The floor of a step.
 fn bare_step(store: &mut Store, run: &mut Run, i: u32) {
+    let [(s1, e1), (s2, e2)] = bare_writes(i, 0);
+    bare_commit(store, run, s1, e1);
+    run.step_count = i + 2;
+    bare_commit(store, run, s2, e2);
+}
+
+/// The steps and events of [`bare_step`]'s two writes; the tool's result
+/// padded with `pad` bytes.
+fn bare_writes(i: u32, pad: usize) -> [(Vec<Step>, Vec<NewEvent>); 2] {
     let call = ToolCall {
         tool: "echo".into(),
         arguments: format!("{{\"i\":{i}}}"),
@@ -146,7 +155,11 @@ fn bare_step(store: &mut Store, run: &mut Run, i: u32) {
     };
     let observation = Observation {
         kind: ObservationKind::ToolResult,
-        content: call.arguments.clone(),
+        content: if pad == 0 {
+            call.arguments.clone()
+        } else {
+            serde_json::json!({ "i": i, "pad": "x".repeat(pad) }).to_string()
+        },
     };
     let done = Step {
         version: 4,
@@ -157,42 +170,87 @@ fn bare_step(store: &mut Store, run: &mut Run, i: u32) {
     let next = Step::started(i + 1, 0);
     let event = |kind, i, data| NewEvent::new(kind, Some(i), data);
     let decision = serde_json::json!({ "decision": Decision::Call(call.clone()) });
-    bare_commit(
-        store,
-        run,
-        vec![executing],
-        vec![
-            event(keel::EventKind::StepDecided, i, decision),
-            event(
-                keel::EventKind::StepVerdict,
-                i,
-                serde_json::json!({ "verdict": "allow" }),
-            ),
-            event(
-                keel::EventKind::StepExecuting,
-                i,
-                serde_json::json!({ "tool": "echo" }),
-            ),
-        ],
-    );
-    run.step_count = i + 2;
-    bare_commit(
-        store,
-        run,
-        vec![done, next],
-        vec![
-            event(
-                keel::EventKind::StepDone,
-                i,
-                serde_json::json!({ "observation": observation }),
-            ),
-            event(keel::EventKind::StepStarted, i + 1, serde_json::json!({})),
-        ],
-    );
+    [
+        (
+            vec![executing],
+            vec![
+                event(keel::EventKind::StepDecided, i, decision),
+                event(
+                    keel::EventKind::StepVerdict,
+                    i,
+                    serde_json::json!({ "verdict": "allow" }),
+                ),
+                event(
+                    keel::EventKind::StepExecuting,
+                    i,
+                    serde_json::json!({ "tool": "echo" }),
+                ),
+            ],
+        ),
+        (
+            vec![done, next],
+            vec![
+                event(
+                    keel::EventKind::StepDone,
+                    i,
+                    serde_json::json!({ "observation": observation }),
+                ),
+                event(keel::EventKind::StepStarted, i + 1, serde_json::json!({})),
+            ],
+        ),
+    ]
 }
 
-fn bare_commit(store: &mut Store, run: &Run, steps: Vec<Step>, events: Vec<NewEvent>) {
-    store
+/// The hash chain's own work for [`bare_writes`]' step, in seconds: its
+/// five events linked and each write's rows sealed (the events' JSON is
+/// encoded beforehand, as the store does without a chain too).
+fn chain_cost(pad: usize) -> f64 {
+    use keel::store::chain::{link, Link, Seals};
+    use keel::store::StepRow;
+    const K: usize = 2_000;
+    let run = bare_run();
+    let writes: Vec<(Vec<StepRow>, Vec<(NewEvent, String)>)> = bare_writes(0, pad)
+        .into_iter()
+        .map(|(steps, events)| {
+            let rows = steps.iter().map(|s| StepRow::encode(&run.id, s)).collect();
+            let events = events
+                .into_iter()
+                .map(|e| {
+                    let data = serde_json::to_string(&e.data).unwrap();
+                    (e, data)
+                })
+                .collect();
+            (rows, events)
+        })
+        .collect();
+    let t = std::time::Instant::now();
+    for k in 0..K {
+        let mut head = String::new();
+        for (rows, events) in &writes {
+            let seals = Seals::of(&run, "{}", rows, &[]);
+            for (n, (e, data)) in events.iter().enumerate() {
+                head = link(
+                    &head,
+                    &Link {
+                        pos: (k * 5 + n) as i64,
+                        run_id: &run.id,
+                        step_index: e.step_index.map(i64::from),
+                        kind: e.kind.as_str(),
+                        data,
+                        at: 0,
+                        seals: (n + 1 == events.len()).then_some(seals.as_str()),
+                    },
+                );
+            }
+        }
+        std::hint::black_box(&head);
+    }
+    t.elapsed().as_secs_f64() / K as f64
+}
+
+fn bare_commit(store: &mut Store, run: &mut Run, steps: Vec<Step>, events: Vec<NewEvent>) {
+    // The committed row carries the chain the next commit links after.
+    *run = store
         .commit(Transition {
             expect: Expect {
                 status: RunStatus::Running,
@@ -205,7 +263,8 @@ fn bare_commit(store: &mut Store, run: &Run, steps: Vec<Step>, events: Vec<NewEv
             events,
             model_calls: vec![],
         })
-        .unwrap();
+        .unwrap()
+        .run;
 }
 
 /// A step against the bare cost of its commits, measured pairwise: each
@@ -223,7 +282,7 @@ fn paired_steps(rt: &tokio::runtime::Runtime) {
         let dir = tempfile::tempdir().unwrap();
         let mut store = Store::open(dir.path().join("c.db"), sync).unwrap();
         let mut run = bare_run();
-        store.create_run(&run, vec![]).unwrap();
+        run = store.create_run(&run, vec![]).unwrap().run;
         let mut i = 0u32;
         let mut ratios = Vec::with_capacity(ROUNDS);
         let (mut steps, mut bares) = (Vec::new(), Vec::new());
@@ -247,14 +306,24 @@ fn paired_steps(rt: &tokio::runtime::Runtime) {
             }
         }
         let mid = median(&mut ratios); // sorts
+        let step = median(&mut steps);
         println!(
             "step/paired/{sync:?}: {N}-step runs against {N} steps' bare commits, \
              medians of {ROUNDS} interleaved rounds: step {:.0} us, bare {:.0} us, \
              ratio {mid:.2} (range {:.2}-{:.2})",
-            median(&mut steps) * 1e6,
+            step * 1e6,
             median(&mut bares) * 1e6,
             ratios[0],
             ratios[ROUNDS - 1]
+        );
+        let (small, big) = (chain_cost(0), chain_cost(8 << 10));
+        println!(
+            "chain/{sync:?}: the hash chain's work a step: small {:.1} us ({:.2}% of the step), \
+             8 KiB result {:.1} us ({:.2}% of the small step)",
+            small * 1e6,
+            small / step * 100.0,
+            big * 1e6,
+            big / step * 100.0
         );
     }
 }

@@ -10,6 +10,7 @@
 //! * [`config`]: the TOML config of the `keel` binary.
 //! * [`bench`]: load harnesses behind `keel bench`.
 
+pub mod audit;
 pub mod bench;
 pub mod cli;
 pub mod config;

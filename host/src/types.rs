@@ -278,6 +278,10 @@ pub struct Approval {
     pub decided_by: Option<String>,
     pub note: Option<String>,
     pub decided_at: Option<i64>,
+    /// The run's chain head when the approval was asked for; its hash
+    /// covers it (`None` for approvals asked for before the chain).
+    #[serde(default)]
+    pub chain_head: Option<String>,
 }
 
 /// The largest goal a run may be given, in bytes (1 MiB).
@@ -345,6 +349,15 @@ pub struct Run {
     pub retry_at: Option<i64>,
     pub created_at: i64,
     pub updated_at: i64,
+    /// How many events the run's journal holds: the position of its
+    /// newest event in the run's hash chain (`store::chain`).
+    #[serde(default)]
+    pub chain_len: u64,
+    /// The hash of the run's newest event (the chain's first hash while it
+    /// has none). The store sets it; an auditor keeps it to check the
+    /// journal against later.
+    #[serde(default)]
+    pub chain_head: String,
 }
 
 impl Run {
@@ -367,6 +380,8 @@ impl Run {
             retry_at: None,
             created_at: now,
             updated_at: now,
+            chain_len: 0,
+            chain_head: String::new(),
         }
     }
 }

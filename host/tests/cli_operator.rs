@@ -380,3 +380,104 @@ max_retries = 1"#,
     assert_eq!(v["run"]["status"], "cancelled", "{v}");
     assert_eq!(v["run"]["retry_at"], serde_json::Value::Null, "{v}");
 }
+
+/// `keel verify` passes an untouched store and exits 1 naming the run,
+/// the event and what is wrong once a row is edited; `keel export` writes
+/// a run that `keel verify --file` checks without the store, and an
+/// export edited or cut short is found too. A run that does not exist is
+/// bad input (2), and an export never overwrites a file.
+#[test]
+fn verify_and_export_find_an_edited_journal_in_the_store_and_in_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(cfg) = config(dir.path()) else {
+        return;
+    };
+    let store = dir.path().join("keel.db");
+    let store = store.to_str().unwrap();
+    let o = keel(&["run", "--config", cfg.to_str().unwrap(), "--goal", "x"]);
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    let runs = keel(&["--store", store, "runs", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&runs.stdout).unwrap();
+    let id = v[0]["id"].as_str().unwrap().to_string();
+    keel(&["--store", store, "approve", &id]);
+    assert_eq!(
+        keel(&["--store", store, "resume", &id]).status.code(),
+        Some(4)
+    );
+
+    let o = keel(&["--store", store, "verify", &id]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains(&format!("ok      {id}")), "{}", text(&o));
+    let o = keel(&["--store", store, "verify", "--all", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["ok"], true, "{v}");
+    let head = v["runs"][0]["head"].as_str().unwrap().to_string();
+    let o = keel(&["--store", store, "verify", "no_such_run"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("no_such_run"), "{}", text(&o));
+
+    let file = dir.path().join("run.jsonl");
+    let f = file.to_str().unwrap();
+    let o = keel(&["--store", store, "export", &id, "--out", f]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let o = keel(&["--store", store, "export", &id, "--out", f]);
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "an export never overwrites: {}",
+        text(&o)
+    );
+    let o = keel(&["verify", "--file", f, "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        v["runs"][0]["head"],
+        head.as_str(),
+        "the file holds the store's chain"
+    );
+
+    let exported = std::fs::read_to_string(&file).unwrap();
+    let edited_file = dir.path().join("edited.jsonl");
+    let edited = exported.replacen(
+        "\"kind\":\"step.started\",\"data\":\"{}\"",
+        "\"kind\":\"step.started\",\"data\":\"{\\\"x\\\":1}\"",
+        1,
+    );
+    assert_ne!(edited, exported);
+    std::fs::write(&edited_file, edited).unwrap();
+    let o = keel(&["verify", "--file", edited_file.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("edited at event"), "{}", text(&o));
+    let cut = dir.path().join("cut.jsonl");
+    let lines: Vec<&str> = exported.lines().collect();
+    std::fs::write(&cut, lines[..lines.len() - 3].join("\n") + "\n").unwrap();
+    let o = keel(&["verify", "--file", cut.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("truncated"), "{}", text(&o));
+
+    let c = rusqlite::Connection::open(store).unwrap();
+    let seq: i64 = c
+        .query_row(
+            "SELECT seq FROM events WHERE run_id=?1 AND kind='step.done' ORDER BY seq LIMIT 1",
+            [&id],
+            |r| r.get(0),
+        )
+        .unwrap();
+    c.execute(
+        "UPDATE events SET data='{\"forged\":true}' WHERE seq=?1",
+        [seq],
+    )
+    .unwrap();
+    drop(c);
+    let o = keel(&["--store", store, "verify", &id, "--json"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["runs"][0]["problem"], "edited", "{v}");
+    assert_eq!(v["runs"][0]["seq"], seq, "{v}");
+    let o = keel(&["--store", store, "verify", &id]);
+    assert!(
+        text(&o).contains(&format!("BROKEN  run {id}: edited at event {seq}")),
+        "{}",
+        text(&o)
+    );
+}

@@ -202,6 +202,7 @@ async fn policy_rules_twins_are_handed_the_call_alone() {
         decided_by: Some("op".into()),
         note: None,
         decided_at: Some(0),
+        chain_head: None,
     }];
     let call = ToolCall {
         tool: "fs_read".into(),

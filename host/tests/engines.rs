@@ -26,6 +26,8 @@ on_both_engines!(
     claimers_in_three_processes_drive_every_run_once,
     a_follower_reading_by_number_misses_no_event_of_two_writers,
     a_run_claimed_long_before_it_is_driven_is_driven_under_a_renewed_lease,
+    verify_finds_every_kind_of_tampering_and_passes_an_untouched_journal,
+    a_write_prepared_from_an_older_run_row_links_its_events_after_the_stored_head,
 );
 
 /// A run with every kind of step: an allowed call, a denied one, an
@@ -708,6 +710,11 @@ async fn a_crash_at_any_write_point_loses_nothing_and_repeats_no_side_effect(s: 
                 st.index
             );
         }
+        // A kill at any point leaves a journal whose chain holds, with the
+        // recovery's writes linked after the dead process's.
+        if let Err(b) = keel::audit::verify(&store.journal(&run.id).await.unwrap()) {
+            panic!("{point}: {b}");
+        }
     }
 }
 
@@ -845,4 +852,200 @@ async fn a_run_claimed_long_before_it_is_driven_is_driven_under_a_renewed_lease(
             during.lease_expires
         );
     }
+}
+
+/// [`tour`] on `rt` with its own ids: a run with an allowed, a denied and
+/// an invalid call, an approval an operator denied, and the end.
+async fn toured(rt: &Runtime) -> String {
+    let n = Arc::new(Mutex::new(0));
+    let tools = || {
+        vec![
+            counting_tool("write_a", Effect::LocalMutation, n.clone()),
+            counting_tool("deny_b", Effect::ReadOnly, n.clone()),
+            counting_tool("ask_c", Effect::Destructive, n.clone()),
+        ]
+    };
+    let (c, _) = consumers(tour(), tools());
+    let out = rt.start("tour", Limits::default(), "{}", c).await.unwrap();
+    let a = out.pending.unwrap();
+    rt.operator().deny(&a.id, "ops", Some("no")).await.unwrap();
+    let (c, _) = consumers(tour(), tools());
+    let done = rt.resume(&out.run.id, c).await.unwrap();
+    assert_eq!(done.run.status, RunStatus::Completed);
+    done.run.id
+}
+
+/// Every event is chained to the one before it and the run rows are
+/// sealed by their transitions' events, on both engines, so that `keel
+/// verify` finds each way of editing a store afterwards at the event it
+/// breaks: edited data, a deleted event, a deleted tail, an inserted one,
+/// two swapped, and a run, step or approval row changed; and a journal
+/// nobody touched verifies, with the run row's head as its last hash.
+async fn verify_finds_every_kind_of_tampering_and_passes_an_untouched_journal(s: TestStore) {
+    use keel::audit::{verify, Problem};
+    let rt = s.runtime().await;
+    let reader = s.reader().await;
+    let check = |id: String| {
+        let reader = reader.clone();
+        async move { verify(&reader.journal(&id).await.unwrap()) }
+    };
+    let intact = toured(&rt).await;
+    let ok = check(intact.clone()).await.unwrap();
+    let run = reader.run(&intact).await.unwrap();
+    assert_eq!(ok.head, run.chain_head);
+    assert_eq!(ok.events, run.chain_len);
+    assert_eq!(
+        ok.events,
+        reader
+            .events_after(Some(&intact), 0, 1000)
+            .await
+            .unwrap()
+            .len() as u64
+    );
+    // The approval's hash covers the chain head it was asked at.
+    let a = &reader.approvals(&intact).await.unwrap()[0];
+    assert!(a.chain_head.is_some());
+
+    type Tamper = Box<dyn Fn(&str, i64, i64) -> String>;
+    // Each builds its SQL from the run's id and the numbers of its events
+    // at positions 3 and 4.
+    let cases: Vec<(&str, Problem, Option<i64>, Tamper)> = vec![
+        (
+            "edited data",
+            Problem::Edited,
+            Some(3),
+            Box::new(|id, _, _| {
+                format!(
+                    "UPDATE events SET data='{{\"forged\":true}}' WHERE run_id='{id}' AND pos=3"
+                )
+            }),
+        ),
+        (
+            "a deleted event",
+            Problem::Deleted,
+            Some(5),
+            Box::new(|id, _, _| format!("DELETE FROM events WHERE run_id='{id}' AND pos=4")),
+        ),
+        (
+            "a deleted tail",
+            Problem::Deleted,
+            Some(10),
+            Box::new(|id, _, _| format!("DELETE FROM events WHERE run_id='{id}' AND pos >= 10")),
+        ),
+        (
+            "an inserted event",
+            Problem::Inserted,
+            None,
+            Box::new(|id, _, _| {
+                format!(
+                    "INSERT INTO events (seq, run_id, step_idx, kind, data, at)
+             SELECT max(seq) + 1, '{id}', 0, 'step.done', '{{}}', 5 FROM events"
+                )
+            }),
+        ),
+        (
+            "a copied event",
+            Problem::Inserted,
+            None,
+            Box::new(|id, _, _| {
+                format!(
+            "INSERT INTO events (seq, run_id, step_idx, kind, data, at, pos, seals, hash)
+             SELECT (SELECT max(seq) + 1 FROM events), run_id, step_idx, kind, data, at, pos, seals, hash
+             FROM events WHERE run_id='{id}' AND pos=2")
+            }),
+        ),
+        (
+            "two swapped events",
+            Problem::Reordered,
+            Some(4),
+            Box::new(|_, a, b| {
+                format!(
+                    "UPDATE events SET seq=-1 WHERE seq={b};
+             UPDATE events SET seq={b} WHERE seq={a};
+             UPDATE events SET seq={a} WHERE seq=-1;"
+                )
+            }),
+        ),
+        (
+            "a step row",
+            Problem::StepRow,
+            None,
+            Box::new(|id, _, _| {
+                format!(
+            "UPDATE steps SET obs_content='{{\"forged\":true}}' WHERE run_id='{id}' AND idx=0")
+            }),
+        ),
+        (
+            "an approval row",
+            Problem::ApprovalRow,
+            None,
+            Box::new(|id, _, _| {
+                format!("UPDATE approvals SET decided_by='mallory' WHERE run_id='{id}'")
+            }),
+        ),
+        (
+            "a run row",
+            Problem::RunRow,
+            None,
+            Box::new(|id, _, _| format!("UPDATE runs SET result='\"forged\"' WHERE id='{id}'")),
+        ),
+    ];
+    for (what, problem, pos, tamper) in &cases {
+        let id = toured(&rt).await;
+        check(id.clone()).await.unwrap();
+        let at = |pos: i64| format!("SELECT seq FROM events WHERE run_id='{id}' AND pos={pos}");
+        let (a, b) = (s.number(&at(3)).await, s.number(&at(4)).await);
+        s.exec(&tamper(&id, a, b)).await;
+        let b = check(id.clone()).await.expect_err(what);
+        assert_eq!(b.problem, *problem, "{what}: {b}");
+        assert_eq!(b.run_id, id);
+        if let Some(p) = pos {
+            assert_eq!(b.pos, Some(*p), "{what}: {b}");
+        }
+    }
+    // Each tampering broke only its own run.
+    check(intact).await.unwrap();
+}
+
+/// A write prepared from an older run row than the store holds (same
+/// status, same owner: another writer's transition in between) still
+/// applies, as its compare-and-set allows, and its events are linked after
+/// the stored head, not the one it was prepared from: the chain verifies.
+async fn a_write_prepared_from_an_older_run_row_links_its_events_after_the_stored_head(
+    s: TestStore,
+) {
+    let rt = s.runtime().await;
+    let run = rt.submit("old row", Limits::default(), "{}").await.unwrap();
+    let store = rt.store().clone();
+    let t = |run: &Run| Transition {
+        expect: Expect {
+            status: RunStatus::Running,
+            owner: None,
+            pending_approval: None,
+        },
+        run: run.clone(),
+        steps: vec![],
+        approvals: vec![],
+        events: vec![NewEvent::new(
+            EventKind::PluginLog,
+            None,
+            serde_json::json!({}),
+        )],
+        model_calls: vec![],
+    };
+    let moved = store.commit(t(&run)).await.unwrap().run;
+    assert_eq!(moved.chain_len, run.chain_len + 1);
+    let stale = store.commit(t(&run)).await.unwrap().run;
+    assert_eq!(stale.chain_len, moved.chain_len + 1);
+    assert_ne!(stale.chain_head, moved.chain_head);
+    let j = s.reader().await.journal(&run.id).await.unwrap();
+    let held = keel::audit::verify(&j).unwrap();
+    assert_eq!(
+        (held.events, held.head),
+        (stale.chain_len, stale.chain_head)
+    );
+    assert_eq!(
+        s.reader().await.run(&run.id).await.unwrap().chain_len,
+        stale.chain_len
+    );
 }

@@ -319,6 +319,7 @@ async fn a_write_failing_part_way_fails_alone_and_the_rest_of_its_group_commits(
         decided_by: None,
         note: None,
         decided_at: None,
+        chain_head: None,
     };
     let results = in_one_group(
         &s,

@@ -2,6 +2,7 @@
 //! runs, and inspect plugins.
 
 mod bench_cmd;
+mod journal_cmd;
 mod output;
 mod plugin_cmd;
 mod run_cmd;
@@ -202,6 +203,15 @@ pub enum Command {
         #[arg(long, default_value_t = whoami())]
         by: String,
     },
+    /// Check runs' journals against their hash chains: every event in its
+    /// place and unedited, and every run, step and approval row equal to
+    /// what its events sealed. Reports the first break of each run.
+    #[command(after_help = journal_cmd::VERIFY_EXIT_CODES)]
+    Verify(journal_cmd::VerifyArgs),
+    /// Write one run (its row, steps, approvals, events with their hashes,
+    /// model calls) as JSON Lines, checkable with `keel verify --file`.
+    #[command(after_help = EXIT_CODES)]
+    Export(journal_cmd::ExportArgs),
     /// Inspect, check and precompile plugin components.
     #[command(subcommand)]
     Plugin(plugin_cmd::PluginCommand),

@@ -88,6 +88,8 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
             Ok(exit::OK)
         }
         Command::Plugin(cmd) => super::plugin_cmd::run(cmd).await,
+        Command::Verify(args) => super::journal_cmd::verify(args, store_flag).await,
+        Command::Export(args) => super::journal_cmd::export(args, store_flag).await,
         Command::Bench(cmd) => super::bench_cmd::run(cmd, store_flag).await,
     }
 }
@@ -125,14 +127,20 @@ fn no_store(p: &Path) -> anyhow::Error {
 
 /// The operator's API on the store, read-only: never migrates or writes.
 async fn reader(flag: Option<String>) -> anyhow::Result<Operator> {
+    Ok(Operator::reading(store_reader(flag).await?))
+}
+
+/// The store opened read-only: never migrates or writes.
+pub(super) async fn store_reader(
+    flag: Option<String>,
+) -> anyhow::Result<Arc<dyn crate::store::RunReader>> {
     let loc = location(flag, None);
     if let Location::File(p) = &loc {
         if !p.exists() {
             return Err(no_store(p));
         }
     }
-    let store = opening(&loc, crate::store::open_reader(&loc).await)?;
-    Ok(Operator::reading(store))
+    opening(&loc, crate::store::open_reader(&loc).await)
 }
 
 /// The operator's API on the store, for decisions and cancels.

@@ -226,12 +226,15 @@ impl Runtime {
 }
 
 /// The hash an approval is bound to: the call (tool and canonical
-/// arguments), the reason and the presentation, canonically encoded.
+/// arguments), the reason, the presentation and the run's journal chain
+/// head when it was asked for, canonically encoded. An approval asked for
+/// before the chain existed has no head, and its hash leaves it out.
 pub fn approval_hash(
     kind: ApprovalKind,
     call: &ToolCall,
     reason: &str,
     presentation: &str,
+    chain_head: Option<&str>,
 ) -> String {
     use sha2::{Digest, Sha256};
     let parse = |s: &str| {
@@ -244,5 +247,9 @@ pub fn approval_hash(
         "reason": reason,
         "presentation": parse(presentation),
     });
+    let mut doc = doc;
+    if let Some(head) = chain_head {
+        doc["chain_head"] = serde_json::Value::String(head.to_string());
+    }
     hex::encode(Sha256::digest(canonical_json(&doc).as_bytes()))
 }

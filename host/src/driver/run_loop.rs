@@ -575,7 +575,8 @@ impl<'r> Loop<'r> {
         presentation: String,
         now: i64,
     ) -> Approval {
-        let hash = approval_hash(kind, &call, &reason, &presentation);
+        let chain_head = Some(self.run.chain_head.clone());
+        let hash = approval_hash(kind, &call, &reason, &presentation, chain_head.as_deref());
         Approval {
             id: self.rt.ids.next("appr"),
             run_id: self.run.id.clone(),
@@ -591,6 +592,7 @@ impl<'r> Loop<'r> {
             decided_by: None,
             note: None,
             decided_at: None,
+            chain_head,
         }
     }
 
@@ -683,7 +685,14 @@ impl<'r> Loop<'r> {
                 why: why.into(),
             })
         };
-        if approval_hash(a.kind, &a.call, &a.reason, &a.presentation) != a.hash {
+        if approval_hash(
+            a.kind,
+            &a.call,
+            &a.reason,
+            &a.presentation,
+            a.chain_head.as_deref(),
+        ) != a.hash
+        {
             return Err(tampered("its stored call, reason or presentation changed"));
         }
         if step.call.as_ref() != Some(&a.call) {

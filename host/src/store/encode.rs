@@ -3,11 +3,11 @@
 //! it bound with the same code a fresh load uses, so its cached copy always
 //! equals what a reload would return. Nothing here knows an engine.
 
-use super::{Committed, Event, NewEvent, StoreError, Transition};
+use super::{chain, Committed, Event, NewEvent, StoreError, Transition};
 use crate::types::*;
 
 /// The columns of one `steps` row.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct StepRow {
     pub run_id: String,
     pub idx: i64,
@@ -102,7 +102,7 @@ impl StepRow {
 }
 
 /// The columns of one `approvals` row.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ApprovalRow {
     pub id: String,
     pub run_id: String,
@@ -119,6 +119,7 @@ pub struct ApprovalRow {
     pub decided_by: Option<String>,
     pub note: Option<String>,
     pub decided_at: Option<i64>,
+    pub chain_head: Option<String>,
 }
 
 impl ApprovalRow {
@@ -139,6 +140,7 @@ impl ApprovalRow {
             decided_by: a.decided_by.clone(),
             note: a.note.clone(),
             decided_at: a.decided_at,
+            chain_head: a.chain_head.clone(),
         }
     }
 
@@ -164,32 +166,75 @@ impl ApprovalRow {
             decided_by: self.decided_by.clone(),
             note: self.note.clone(),
             decided_at: self.decided_at,
+            chain_head: self.chain_head.clone(),
         })
     }
 }
 
-/// An event whose data is already JSON text.
+/// An event whose data is already JSON text, linked into its run's chain.
 #[derive(Debug, Clone)]
 pub struct EncodedEvent {
     pub step_index: Option<u32>,
     pub kind: &'static str,
     pub data: String,
+    /// Its position in the run's chain (1 for the first event).
+    pub pos: i64,
+    /// The seals of the transition's rows, on its last event only.
+    pub seals: Option<String>,
+    /// Its hash ([`chain::link`]).
+    pub hash: String,
 }
 
-impl From<&NewEvent> for EncodedEvent {
-    fn from(e: &NewEvent) -> Self {
-        EncodedEvent {
+/// Links `events` after (`len`, `head`): their positions and hashes.
+fn link_all(events: &mut [EncodedEvent], run_id: &str, at: i64, len: i64, head: &str) -> String {
+    let mut head = head.to_string();
+    for (i, e) in events.iter_mut().enumerate() {
+        e.pos = len + i as i64 + 1;
+        e.hash = chain::link(
+            &head,
+            &chain::Link {
+                pos: e.pos,
+                run_id,
+                step_index: e.step_index.map(i64::from),
+                kind: e.kind,
+                data: &e.data,
+                at,
+                seals: e.seals.as_deref(),
+            },
+        );
+        head.clone_from(&e.hash);
+    }
+    head
+}
+
+/// Encodes `events` and links them into the chain after (`len`, `head`),
+/// the last carrying `seals`; returns them and the new head.
+fn encode(
+    events: &[NewEvent],
+    run_id: &str,
+    at: i64,
+    len: u64,
+    head: String,
+    seals: String,
+) -> (Vec<EncodedEvent>, String) {
+    let mut seals = Some(seals);
+    let n = events.len();
+    let mut out: Vec<EncodedEvent> = events
+        .iter()
+        .enumerate()
+        .map(|(i, e)| EncodedEvent {
             step_index: e.step_index,
             kind: e.kind.as_str(),
             // Straight into a byte buffer: `Display` goes through a
             // formatter adapter, twice the cost for the same text.
             data: json(&e.data),
-        }
-    }
-}
-
-fn encode(events: &[NewEvent]) -> Vec<EncodedEvent> {
-    events.iter().map(EncodedEvent::from).collect()
+            pos: 0,
+            seals: if i + 1 == n { seals.take() } else { None },
+            hash: String::new(),
+        })
+        .collect();
+    let head = link_all(&mut out, run_id, at, len as i64, &head);
+    (out, head)
 }
 
 /// A write with its rows and events already encoded. [`StoreHandle`]
@@ -205,6 +250,9 @@ pub struct Prepared {
     pub(crate) step_rows: Vec<StepRow>,
     pub(crate) approval_rows: Vec<ApprovalRow>,
     pub(crate) events: Vec<EncodedEvent>,
+    /// The run's chain length the write expects to find (its
+    /// compare-and-set): the run row's before the write's events.
+    pub(crate) expect_chain_len: i64,
     /// The rows above, decoded back: what the caller's cache will hold.
     steps: Vec<Step>,
     approvals: Vec<Approval>,
@@ -213,19 +261,42 @@ pub struct Prepared {
 impl Prepared {
     /// Encodes `write`, and decodes its rows back before anything is
     /// written, so that a row that would not load again is refused here.
+    /// Links its events into the run's chain after the run row's head
+    /// (a new run's chain starts at [`chain::genesis`]), seals its rows on
+    /// the last one, and moves the run row's head on.
     pub fn new(mut write: Write) -> Result<Prepared, StoreError> {
         let events = match &mut write {
             Write::Create { events, .. } => std::mem::take(events),
             Write::Transition(t) => std::mem::take(&mut t.events),
         };
-        let (run, steps, approvals) = match &write {
-            Write::Create { run, steps, .. } => (run, &steps[..], &[][..]),
-            Write::Transition(t) => (&t.run, &t.steps[..], &t.approvals[..]),
+        let (run, steps, approvals) = match &mut write {
+            Write::Create { run, steps, .. } => {
+                run.chain_len = 0;
+                run.chain_head = chain::genesis(&run.id, &run.goal, run.created_at);
+                (run, &steps[..], &[][..])
+            }
+            Write::Transition(t) => (&mut t.run, &t.steps[..], &t.approvals[..]),
         };
+        let limits = limits_json(&run.limits);
+        let expect_chain_len = i64::try_from(run.chain_len)
+            .map_err(|_| StoreError::BadRow(format!("run {}: chain too long", run.id)))?;
         let step_rows: Vec<StepRow> = steps.iter().map(|s| StepRow::encode(&run.id, s)).collect();
         let approval_rows: Vec<ApprovalRow> = approvals.iter().map(ApprovalRow::encode).collect();
+        // A write with no event seals nothing: `keel verify` reports the
+        // rows it changed until a later write of them seals them. Keel's
+        // loop and operators journal every row they change.
+        let seals = if events.is_empty() {
+            String::new()
+        } else {
+            chain::Seals::of(run, &limits, &step_rows, &approval_rows)
+        };
+        let head = std::mem::take(&mut run.chain_head);
+        let (events, head) = encode(&events, &run.id, run.updated_at, run.chain_len, head, seals);
+        run.chain_len += events.len() as u64;
+        run.chain_head = head;
         Ok(Prepared {
-            limits: limits_json(&run.limits),
+            expect_chain_len,
+            limits,
             steps: step_rows
                 .iter()
                 .map(StepRow::decode)
@@ -236,17 +307,40 @@ impl Prepared {
                 .collect::<Result<_, _>>()?,
             step_rows,
             approval_rows,
-            events: encode(&events),
+            events,
             write,
         })
     }
 
+    /// The run row this write stores, its chain moved on.
+    pub fn run(&self) -> &Run {
+        match &self.write {
+            Write::Create { run, .. } => run,
+            Write::Transition(t) => &t.run,
+        }
+    }
+
+    /// This write's events linked after the chain the store holds, (`len`,
+    /// `head`), when that is not the one it was prepared from: another
+    /// writer's transition of the run came in between (with the status and
+    /// owner this one expects). Returns the events and the new head.
+    pub(crate) fn relinked(&self, len: i64, head: &str) -> (Vec<EncodedEvent>, String) {
+        let run = self.run();
+        let mut events = self.events.clone();
+        let head = link_all(&mut events, &run.id, run.updated_at, len, head);
+        (events, head)
+    }
+
     /// What this write committed, given what its statements reported.
     pub fn committed(self, written: Written) -> Committed {
-        let run = match self.write {
+        let mut run = match self.write {
             Write::Create { run, .. } => run,
             Write::Transition(t) => t.run,
         };
+        if let Some((len, head)) = written.chain {
+            run.chain_len = len;
+            run.chain_head = head;
+        }
         let events = self
             .events
             .into_iter()
@@ -292,10 +386,13 @@ fn limits_json(limits: &Limits) -> String {
 }
 
 /// What a write's statements produced that its caller could not know
-/// beforehand: the sequence numbers of its events, in order.
+/// beforehand: the sequence numbers of its events, in order, and the
+/// chain's new length and head when its events were linked again after
+/// another writer's ([`Prepared::relinked`]).
 #[derive(Debug)]
 pub struct Written {
     pub(crate) seqs: Vec<i64>,
+    pub(crate) chain: Option<(u64, String)>,
 }
 
 /// A write the store's writer thread may commit in a group with others.

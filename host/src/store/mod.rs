@@ -8,8 +8,10 @@
 //! [`postgres`] (a database many Keel processes share); [`open`] picks one
 //! from a location, a file path or a `postgres://` URL.
 
+pub mod chain;
 pub mod encode;
 mod error;
+mod journal;
 pub mod lease;
 mod location;
 mod observed;
@@ -18,6 +20,7 @@ pub mod sqlite;
 
 pub use encode::{ApprovalRow, Prepared, StepRow, Write, Written};
 pub use error::StoreError;
+pub use journal::{ChainedEvent, Journal};
 pub use location::{open, open_reader, Location, OpenOptions};
 pub use observed::{CommitObserver, Observed};
 pub use sqlite::{
@@ -72,7 +75,7 @@ pub struct ModelCallRecord {
 }
 
 /// One model call as stored, for operators' reads.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct StoredModelCall {
     pub step_index: u32,
     pub provider: String,
@@ -169,6 +172,9 @@ pub trait RunReader: Send + std::marker::Sync {
     async fn model_calls(&self, run_id: &str) -> Result<Vec<StoredModelCall>, StoreError>;
     /// How many events the journal holds, every run's.
     async fn count_events(&self) -> Result<u64, StoreError>;
+    /// The run's rows as stored, read in one snapshot ([`Journal`]), or
+    /// [`StoreError::RunNotFound`].
+    async fn journal(&self, run_id: &str) -> Result<Journal, StoreError>;
 
     /// The newest runs first, at most `limit`, with `status` if given.
     async fn list_runs(

@@ -71,6 +71,9 @@ impl<O: CommitObserver> RunReader for Observed<O> {
     async fn approval(&self, id: &str) -> Result<Approval, StoreError> {
         self.inner.approval(id).await
     }
+    async fn journal(&self, run_id: &str) -> Result<crate::store::Journal, StoreError> {
+        self.inner.journal(run_id).await
+    }
     async fn events_after(
         &self,
         run_id: Option<&str>,

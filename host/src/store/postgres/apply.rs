@@ -22,7 +22,8 @@ static INSERT_RUNS: LazyLock<String> = LazyLock::new(|| {
         "INSERT INTO runs ({RUN_COLUMNS})
          SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
              $6::text[], $7::text[], $8::int8[], $9::int8[], $10::int8[], $11::int8[],
-             $12::text[], $13::int8[], $14::int8[], $15::int8[], $16::int8[])
+             $12::text[], $13::int8[], $14::int8[], $15::int8[], $16::int8[],
+             $17::int8[], $18::text[])
          ON CONFLICT (id) DO NOTHING RETURNING id"
     )
 });
@@ -31,15 +32,17 @@ const UPDATE_RUNS: &str = "UPDATE runs AS r SET status = v.status, reason = v.re
         result = v.result, limits = v.limits, step_count = v.step_count,
         model_calls = v.model_calls, tokens = v.tokens,
         consecutive_failures = v.consecutive_failures, lease_owner = v.lease_owner,
-        lease_expires = v.lease_expires, updated_at = v.updated_at, retry_at = v.retry_at
+        lease_expires = v.lease_expires, updated_at = v.updated_at, retry_at = v.retry_at,
+        chain_len = v.chain_len, chain_head = v.chain_head
      FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int8[],
              $7::int8[], $8::int8[], $9::int8[], $10::text[], $11::int8[], $12::int8[],
-             $13::int8[], $14::text[], $15::text[])
+             $13::int8[], $14::text[], $15::text[], $16::int8[], $17::text[], $18::int8[])
        AS v(id, status, reason, result, limits, step_count, model_calls, tokens,
             consecutive_failures, lease_owner, lease_expires, updated_at, retry_at,
-            expect_status, expect_owner)
+            expect_status, expect_owner, chain_len, chain_head, expect_chain_len)
      WHERE r.id = v.id AND r.status = v.expect_status
        AND r.lease_owner IS NOT DISTINCT FROM v.expect_owner
+       AND r.chain_len = v.expect_chain_len
      RETURNING r.id";
 
 const UPSERT_STEPS: &str = "INSERT INTO steps (run_id, idx, version, state, decision,
@@ -55,10 +58,10 @@ const UPSERT_STEPS: &str = "INSERT INTO steps (run_id, idx, version, state, deci
 
 const UPSERT_APPROVALS: &str = "INSERT INTO approvals (id, run_id, step_idx, kind, status,
         tool, arguments, reason, presentation, hash, created_at, expires_at, decided_by,
-        note, decided_at)
+        note, decided_at, chain_head)
      SELECT * FROM unnest($1::text[], $2::text[], $3::int8[], $4::text[], $5::text[],
          $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::int8[],
-         $12::int8[], $13::text[], $14::text[], $15::int8[])
+         $12::int8[], $13::text[], $14::text[], $15::int8[], $16::text[])
      ON CONFLICT (id) DO UPDATE SET status = excluded.status,
        decided_by = excluded.decided_by, note = excluded.note, decided_at = excluded.decided_at";
 
@@ -67,16 +70,18 @@ const INSERT_MODEL_CALLS: &str = "INSERT INTO model_calls (run_id, step_idx, pro
      SELECT * FROM unnest($1::text[], $2::int8[], $3::text[], $4::int8[], $5::int8[],
          $6::text[], $7::text[], $8::int8[], $9::int8[])";
 
-const INSERT_EVENTS: &str = "INSERT INTO events (seq, run_id, step_idx, kind, data, at)
+const INSERT_EVENTS: &str = "INSERT INTO events (seq, run_id, step_idx, kind, data, at,
+        pos, seals, hash)
      SELECT * FROM unnest($1::int8[], $2::text[], $3::int8[], $4::text[], $5::text[],
-         $6::int8[])";
+         $6::int8[], $7::int8[], $8::text[], $9::text[])";
 
 const NEXT_SEQS: &str = "SELECT nextval('events_seq') FROM generate_series(1, $1::int8)";
 
 const PENDING: &str = "SELECT 1 FROM approvals WHERE id = $1 AND run_id = $2
      AND status = 'pending' FOR UPDATE";
 
-const CURRENT: &str = "SELECT id, status, lease_owner FROM runs WHERE id = ANY($1::text[])";
+const CURRENT: &str =
+    "SELECT id, status, lease_owner, chain_len, chain_head FROM runs WHERE id = ANY($1::text[])";
 
 /// Commits `ws` in one transaction; each gets its own result. A write that
 /// fails its compare-and-set has written nothing and the others go on.
@@ -155,6 +160,7 @@ pub(super) async fn apply(
     ws: &[&Prepared],
 ) -> Result<Vec<Result<Written, StoreError>>, StoreError> {
     let mut failed: Vec<Option<StoreError>> = (0..ws.len()).map(|_| None).collect();
+    let mut relinked: Vec<Option<Relinked>> = (0..ws.len()).map(|_| None).collect();
     for round in rounds(ws) {
         // An operator's decision expects its approval still pending: it is
         // checked with the approval's row locked, after the run's, under
@@ -173,9 +179,9 @@ pub(super) async fn apply(
             .filter(|&i| matches!(ws[i].write, Write::Transition(_)))
             .collect();
         insert_runs(c, ws, &creates, &mut failed).await?;
-        update_runs(c, ws, &moves, &mut failed).await?;
+        update_runs(c, ws, &moves, &mut failed, &mut relinked).await?;
         for &i in &decisions {
-            decide(c, ws, i, &mut failed).await?;
+            decide(c, ws, i, &mut failed, &mut relinked).await?;
         }
         let applied: Vec<usize> = batch
             .into_iter()
@@ -184,15 +190,30 @@ pub(super) async fn apply(
             .collect();
         write_rows(c, ws, &applied).await?;
     }
-    let seqs = insert_events(c, ws, &failed).await?;
+    let seqs = insert_events(c, ws, &failed, &relinked).await?;
     Ok(failed
         .into_iter()
         .zip(seqs)
-        .map(|(f, seqs)| match f {
+        .zip(relinked)
+        .map(|((f, seqs), r)| match f {
             Some(e) => Err(e),
-            None => Ok(Written { seqs }),
+            None => Ok(Written {
+                seqs,
+                chain: r.map(|r| (r.len as u64, r.head)),
+            }),
         })
         .collect())
+}
+
+/// A write's events linked again after the chain the store holds
+/// ([`Prepared::relinked`]): another writer's transition of its run came
+/// in between, with the status and owner this one expects.
+struct Relinked {
+    events: Vec<crate::store::encode::EncodedEvent>,
+    /// The stored chain length they follow.
+    expect: i64,
+    len: i64,
+    head: String,
 }
 
 fn run_id(w: &Prepared) -> &str {
@@ -252,6 +273,8 @@ async fn insert_runs(
                 &cols.created_at,
                 &cols.updated_at,
                 &cols.retry_at,
+                &cols.chain_len,
+                &cols.chain_head,
             ],
         )
         .await?;
@@ -270,18 +293,89 @@ async fn update_runs(
     ws: &[&Prepared],
     idx: &[usize],
     failed: &mut [Option<StoreError>],
+    relinked: &mut [Option<Relinked>],
 ) -> Result<(), StoreError> {
     if idx.is_empty() {
         return Ok(());
     }
+    let missed = update_batch(c, ws, idx, relinked).await?;
+    if missed.is_empty() {
+        return Ok(());
+    }
+    // Those whose chain alone moved on (status and owner as expected) are
+    // linked after the stored head and updated again.
+    let ids: Vec<&str> = missed.iter().map(|&i| run_id(ws[i])).collect();
+    let rows = c.query(CURRENT, &[&ids]).await?;
+    let mut again = Vec::new();
+    for &i in &missed {
+        let Write::Transition(t) = &ws[i].write else {
+            continue;
+        };
+        for r in &rows {
+            let (id, status, owner, len, head): (String, String, Option<String>, i64, String) = (
+                r.try_get(0).map_err(bad)?,
+                r.try_get(1).map_err(bad)?,
+                r.try_get(2).map_err(bad)?,
+                r.try_get(3).map_err(bad)?,
+                r.try_get(4).map_err(bad)?,
+            );
+            if id == t.run.id && status == t.expect.status.as_str() && owner == t.expect.owner {
+                let (events, head) = ws[i].relinked(len, &head);
+                relinked[i] = Some(Relinked {
+                    len: len + events.len() as i64,
+                    events,
+                    expect: len,
+                    head,
+                });
+                again.push(i);
+            }
+        }
+    }
+    let still = update_batch(c, ws, &again, relinked).await?;
+    let refused: Vec<usize> = missed
+        .into_iter()
+        .filter(|i| !again.contains(i) || still.contains(i))
+        .collect();
+    for &i in &refused {
+        relinked[i] = None;
+    }
+    refuse(c, ws, &refused, failed).await
+}
+
+/// The run rows' compare-and-set for the writes `idx`, each at its chain
+/// (relinked or as prepared); returns the writes whose row it missed.
+async fn update_batch(
+    c: &Conn,
+    ws: &[&Prepared],
+    idx: &[usize],
+    relinked: &[Option<Relinked>],
+) -> Result<Vec<usize>, StoreError> {
+    if idx.is_empty() {
+        return Ok(Vec::new());
+    }
     let mut cols = RunColumns::default();
     let mut expect_status = Vec::with_capacity(idx.len());
     let mut expect_owner = Vec::with_capacity(idx.len());
+    let mut chain_len = Vec::with_capacity(idx.len());
+    let mut chain_head = Vec::with_capacity(idx.len());
+    let mut expect_chain_len = Vec::with_capacity(idx.len());
     for &i in idx {
         if let Write::Transition(t) = &ws[i].write {
             cols.push(&t.run, &ws[i].limits);
             expect_status.push(t.expect.status.as_str());
             expect_owner.push(t.expect.owner.as_deref());
+            match &relinked[i] {
+                Some(r) => {
+                    chain_len.push(r.len);
+                    chain_head.push(r.head.as_str());
+                    expect_chain_len.push(r.expect);
+                }
+                None => {
+                    chain_len.push(i64::try_from(t.run.chain_len).unwrap_or(i64::MAX));
+                    chain_head.push(t.run.chain_head.as_str());
+                    expect_chain_len.push(ws[i].expect_chain_len);
+                }
+            }
         }
     }
     let rows = c
@@ -303,16 +397,18 @@ async fn update_runs(
                 &cols.retry_at,
                 &expect_status,
                 &expect_owner,
+                &chain_len,
+                &chain_head,
+                &expect_chain_len,
             ],
         )
         .await?;
     let matched: HashSet<String> = rows.iter().filter_map(|r| r.try_get(0).ok()).collect();
-    let missed: Vec<usize> = idx
+    Ok(idx
         .iter()
         .copied()
         .filter(|&i| !matched.contains(run_id(ws[i])))
-        .collect();
-    refuse(c, ws, &missed, failed).await
+        .collect())
 }
 
 /// Says why each of `idx`'s compare-and-sets matched no row: its run is
@@ -355,6 +451,7 @@ async fn decide(
     ws: &[&Prepared],
     i: usize,
     failed: &mut [Option<StoreError>],
+    relinked: &mut [Option<Relinked>],
 ) -> Result<(), StoreError> {
     let Write::Transition(t) = &ws[i].write else {
         return Ok(());
@@ -363,11 +460,12 @@ async fn decide(
         return Ok(());
     };
     c.batch("SAVEPOINT decision").await?;
-    update_runs(c, ws, &[i], failed).await?;
+    update_runs(c, ws, &[i], failed, relinked).await?;
     if failed[i].is_none() {
         let pending = c.query(PENDING, &[approval, &t.run.id]).await?;
         if pending.is_empty() {
             c.batch("ROLLBACK TO SAVEPOINT decision").await?;
+            relinked[i] = None;
             let mut why = [None];
             refuse(c, ws, &[i], &mut why).await?;
             failed[i] = why[0].take().or_else(|| {
@@ -448,6 +546,7 @@ async fn write_rows(c: &Conn, ws: &[&Prepared], idx: &[usize]) -> Result<(), Sto
                 &approvals.decided_by,
                 &approvals.note,
                 &approvals.decided_at,
+                &approvals.chain_head,
             ],
         )
         .await?;
@@ -478,12 +577,15 @@ async fn insert_events(
     c: &Conn,
     ws: &[&Prepared],
     failed: &[Option<StoreError>],
+    relinked: &[Option<Relinked>],
 ) -> Result<Vec<Vec<i64>>, StoreError> {
-    let total: usize = ws
-        .iter()
-        .zip(failed)
-        .filter(|(_, f)| f.is_none())
-        .map(|(w, _)| w.events.len())
+    let events = |i: usize| match &relinked[i] {
+        Some(r) => &r.events[..],
+        None => &ws[i].events[..],
+    };
+    let total: usize = (0..ws.len())
+        .filter(|&i| failed[i].is_none())
+        .map(|i| events(i).len())
         .sum();
     let mut out: Vec<Vec<i64>> = vec![Vec::new(); ws.len()];
     if total == 0 {
@@ -504,6 +606,9 @@ async fn insert_events(
         )));
     }
     let mut next = seqs.into_iter();
+    let mut pos = Vec::with_capacity(total);
+    let mut seals: Vec<Option<&str>> = Vec::with_capacity(total);
+    let mut hash = Vec::with_capacity(total);
     let (mut seq, mut run, mut step, mut kind, mut data, mut at) = (
         Vec::with_capacity(total),
         Vec::with_capacity(total),
@@ -520,7 +625,7 @@ async fn insert_events(
             Write::Create { run, .. } => (&run.id, run.updated_at),
             Write::Transition(t) => (&t.run.id, t.run.updated_at),
         };
-        for e in &w.events {
+        for e in events(i) {
             let n = next.next().unwrap_or_default();
             out[i].push(n);
             seq.push(n);
@@ -529,10 +634,16 @@ async fn insert_events(
             kind.push(e.kind);
             data.push(e.data.as_str());
             at.push(when);
+            pos.push(e.pos);
+            seals.push(e.seals.as_deref());
+            hash.push(e.hash.as_str());
         }
     }
-    c.execute(INSERT_EVENTS, &[&seq, &run, &step, &kind, &data, &at])
-        .await?;
+    c.execute(
+        INSERT_EVENTS,
+        &[&seq, &run, &step, &kind, &data, &at, &pos, &seals, &hash],
+    )
+    .await?;
     Ok(out)
 }
 
@@ -559,6 +670,8 @@ struct RunColumns<'a> {
     created_at: Vec<i64>,
     updated_at: Vec<i64>,
     retry_at: Vec<Option<i64>>,
+    chain_len: Vec<i64>,
+    chain_head: Vec<&'a str>,
 }
 
 impl<'a> RunColumns<'a> {
@@ -581,6 +694,9 @@ impl<'a> RunColumns<'a> {
         self.created_at.push(run.created_at);
         self.updated_at.push(run.updated_at);
         self.retry_at.push(run.retry_at);
+        self.chain_len
+            .push(i64::try_from(run.chain_len).unwrap_or(i64::MAX));
+        self.chain_head.push(&run.chain_head);
     }
 }
 
@@ -636,6 +752,7 @@ struct ApprovalColumns<'a> {
     decided_by: Vec<Option<&'a str>>,
     note: Vec<Option<&'a str>>,
     decided_at: Vec<Option<i64>>,
+    chain_head: Vec<Option<&'a str>>,
 }
 
 impl<'a> ApprovalColumns<'a> {
@@ -655,6 +772,7 @@ impl<'a> ApprovalColumns<'a> {
         self.decided_by.push(r.decided_by.as_deref());
         self.note.push(r.note.as_deref());
         self.decided_at.push(r.decided_at);
+        self.chain_head.push(r.chain_head.as_deref());
     }
 }
 

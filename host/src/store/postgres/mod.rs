@@ -80,6 +80,8 @@ const EVENTS_OF_RUN: &str = "SELECT seq, run_id, step_idx, kind, data, at FROM e
      WHERE run_id = $2 AND seq > $1 ORDER BY seq LIMIT $3";
 const EVENTS_OF_ALL: &str = "SELECT seq, run_id, step_idx, kind, data, at FROM events
      WHERE seq > $1 ORDER BY seq LIMIT $2";
+const CHAINED_EVENTS: &str = "SELECT seq, pos, step_idx, kind, data, at, seals, hash
+     FROM events WHERE run_id = $1 ORDER BY seq";
 const MODEL_CALLS: &str = "SELECT step_idx, provider, prompt_tokens, completion_tokens,
         outcome, error, latency_ms, at FROM model_calls WHERE run_id = $1 ORDER BY id";
 const HEARTBEAT: &str = "UPDATE runs SET lease_expires = $3 WHERE id = $1 AND lease_owner = $2";
@@ -363,6 +365,20 @@ impl RunReader for PgStore {
         let rows = c.query(MODEL_CALLS, &[&run_id]).await?;
         rows.iter().map(read_model_call).collect()
     }
+    async fn journal(&self, run_id: &str) -> Result<super::Journal, StoreError> {
+        let c = self.inner.pool.get().await?;
+        // One snapshot for every read, so that the run row's chain and
+        // the events agree while writers go on.
+        c.batch("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            .await?;
+        let read = journal_in(&c, run_id).await;
+        let end = c
+            .batch(if read.is_ok() { "COMMIT" } else { "ROLLBACK" })
+            .await;
+        let j = read?;
+        end?;
+        Ok(j)
+    }
     async fn count_events(&self) -> Result<u64, StoreError> {
         let c = self.inner.pool.get().await?;
         let rows = c.query("SELECT count(*) FROM events", &[]).await?;
@@ -374,6 +390,47 @@ impl RunReader for PgStore {
             .unwrap_or(0);
         Ok(n as u64)
     }
+}
+
+/// A run's rows on `c`, inside the caller's transaction.
+async fn journal_in(c: &Conn, run_id: &str) -> Result<super::Journal, StoreError> {
+    let bad = |e: tokio_postgres::Error| StoreError::BadRow(e.to_string());
+    let rows = c.query(GET_RUN.as_str(), &[&run_id]).await?;
+    let run = match rows.first() {
+        Some(r) => read_run(r)?,
+        None => return Err(StoreError::RunNotFound(run_id.to_string())),
+    };
+    let rows = c
+        .query("SELECT limits FROM runs WHERE id = $1", &[&run_id])
+        .await?;
+    let limits: String = match rows.first() {
+        Some(r) => r.try_get(0).map_err(bad)?,
+        None => return Err(StoreError::RunNotFound(run_id.to_string())),
+    };
+    let steps = c.query(STEPS.as_str(), &[&run_id]).await?;
+    let approvals = c.query(APPROVALS.as_str(), &[&run_id]).await?;
+    let events = c.query(CHAINED_EVENTS, &[&run_id]).await?;
+    let calls = c.query(MODEL_CALLS, &[&run_id]).await?;
+    Ok(super::Journal {
+        run,
+        limits,
+        steps: steps
+            .iter()
+            .map(rows::read_step_row)
+            .collect::<Result<_, _>>()?,
+        approvals: approvals
+            .iter()
+            .map(rows::read_approval_row)
+            .collect::<Result<_, _>>()?,
+        events: events
+            .iter()
+            .map(rows::read_chained_event)
+            .collect::<Result<_, _>>()?,
+        model_calls: calls
+            .iter()
+            .map(read_model_call)
+            .collect::<Result<_, _>>()?,
+    })
 }
 
 #[async_trait::async_trait]

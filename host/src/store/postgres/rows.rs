@@ -5,9 +5,9 @@ use crate::store::{Event, StoreError, StoredModelCall};
 use crate::types::*;
 use tokio_postgres::Row;
 
-pub const RUN_COLUMNS: &str = "id, goal, status, reason, result, limits, meta, step_count, model_calls, tokens, consecutive_failures, lease_owner, lease_expires, created_at, updated_at, retry_at";
+pub const RUN_COLUMNS: &str = "id, goal, status, reason, result, limits, meta, step_count, model_calls, tokens, consecutive_failures, lease_owner, lease_expires, created_at, updated_at, retry_at, chain_len, chain_head";
 pub const STEP_COLUMNS: &str = "run_id, idx, version, state, decision, call_tool, call_args, effect, verdict, obs_kind, obs_content, started_at, updated_at";
-pub const APPROVAL_COLUMNS: &str = "id, run_id, step_idx, kind, status, tool, arguments, reason, presentation, hash, created_at, expires_at, decided_by, note, decided_at";
+pub const APPROVAL_COLUMNS: &str = "id, run_id, step_idx, kind, status, tool, arguments, reason, presentation, hash, created_at, expires_at, decided_by, note, decided_at, chain_head";
 
 fn bad(e: tokio_postgres::Error) -> StoreError {
     StoreError::BadRow(e.to_string())
@@ -25,6 +25,7 @@ pub fn read_run(row: &Row) -> Result<Run, StoreError> {
     let reason: Option<String> = row.try_get(3).map_err(bad)?;
     let limits: String = row.try_get(5).map_err(bad)?;
     let tokens: i64 = row.try_get(9).map_err(bad)?;
+    let chain_len: i64 = row.try_get(16).map_err(bad)?;
     Ok(Run {
         goal: row.try_get(1).map_err(bad)?,
         status: status.parse().map_err(|e| b("status", e))?,
@@ -44,12 +45,22 @@ pub fn read_run(row: &Row) -> Result<Run, StoreError> {
         created_at: row.try_get(13).map_err(bad)?,
         updated_at: row.try_get(14).map_err(bad)?,
         retry_at: row.try_get(15).map_err(bad)?,
+        chain_len: u64::try_from(chain_len).map_err(|e| b("chain_len", e.to_string()))?,
+        chain_head: row.try_get(17).map_err(bad)?,
         id: id.clone(),
     })
 }
 
 pub fn read_step(row: &Row) -> Result<Step, StoreError> {
-    StepRow {
+    read_step_row(row)?.decode()
+}
+
+pub fn read_approval(row: &Row) -> Result<Approval, StoreError> {
+    read_approval_row(row)?.decode()
+}
+
+pub fn read_step_row(row: &Row) -> Result<StepRow, StoreError> {
+    Ok(StepRow {
         run_id: row.try_get(0).map_err(bad)?,
         idx: row.try_get(1).map_err(bad)?,
         version: row.try_get(2).map_err(bad)?,
@@ -63,12 +74,11 @@ pub fn read_step(row: &Row) -> Result<Step, StoreError> {
         obs_content: row.try_get(10).map_err(bad)?,
         started_at: row.try_get(11).map_err(bad)?,
         updated_at: row.try_get(12).map_err(bad)?,
-    }
-    .decode()
+    })
 }
 
-pub fn read_approval(row: &Row) -> Result<Approval, StoreError> {
-    ApprovalRow {
+pub fn read_approval_row(row: &Row) -> Result<ApprovalRow, StoreError> {
+    Ok(ApprovalRow {
         id: row.try_get(0).map_err(bad)?,
         run_id: row.try_get(1).map_err(bad)?,
         step_idx: row.try_get(2).map_err(bad)?,
@@ -84,8 +94,22 @@ pub fn read_approval(row: &Row) -> Result<Approval, StoreError> {
         decided_by: row.try_get(12).map_err(bad)?,
         note: row.try_get(13).map_err(bad)?,
         decided_at: row.try_get(14).map_err(bad)?,
-    }
-    .decode()
+        chain_head: row.try_get(15).map_err(bad)?,
+    })
+}
+
+/// An event row of `SELECT seq, pos, step_idx, kind, data, at, seals, hash`.
+pub fn read_chained_event(row: &Row) -> Result<crate::store::ChainedEvent, StoreError> {
+    Ok(crate::store::ChainedEvent {
+        seq: row.try_get(0).map_err(bad)?,
+        pos: row.try_get(1).map_err(bad)?,
+        step_index: row.try_get(2).map_err(bad)?,
+        kind: row.try_get(3).map_err(bad)?,
+        data: row.try_get(4).map_err(bad)?,
+        at: row.try_get(5).map_err(bad)?,
+        seals: row.try_get(6).map_err(bad)?,
+        hash: row.try_get(7).map_err(bad)?,
+    })
 }
 
 pub fn read_event(row: &Row) -> Result<Event, StoreError> {

@@ -13,7 +13,8 @@ const APPLICATION: &str = "keel";
 const MIGRATION_LOCK: i64 = 0x4B45_454C_0001;
 
 /// Migrations in order; migration `i` moves the version from `i` to `i+1`.
-pub const MIGRATIONS: &[&str] = &[r#"
+pub const MIGRATIONS: &[&str] = &[
+    r#"
 CREATE TABLE keel_meta (
     application TEXT NOT NULL,
     version     BIGINT NOT NULL
@@ -103,7 +104,21 @@ CREATE TABLE model_calls (
     at                BIGINT NOT NULL
 );
 CREATE INDEX model_calls_run ON model_calls (run_id, id);
-"#];
+"#,
+    // 2: the journal's hash chain (`store::chain`). Events written before
+    // it are linked by the backfill in the same transaction.
+    r#"
+ALTER TABLE runs ADD COLUMN chain_len BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN chain_head TEXT NOT NULL DEFAULT '';
+ALTER TABLE events ADD COLUMN pos BIGINT;
+ALTER TABLE events ADD COLUMN seals TEXT;
+ALTER TABLE events ADD COLUMN hash TEXT;
+ALTER TABLE approvals ADD COLUMN chain_head TEXT;
+"#,
+];
+
+/// The migration that adds the chain: events before it are linked then.
+pub const CHAIN_MIGRATION: usize = 1;
 
 /// The schema version this binary writes.
 pub const CURRENT_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -212,6 +227,37 @@ async fn migrate_locked(c: &Conn, shown: &str) -> Result<(), StoreError> {
         c.batch(m).await?;
         c.execute("UPDATE keel_meta SET version = $1", &[&((i + 1) as i64)])
             .await?;
+        if i == CHAIN_MIGRATION && version > 0 {
+            backfill_chain(c).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Links the events of runs written before the chain existed
+/// ([`crate::store::chain::backfill`]), inside the migration's transaction.
+async fn backfill_chain(c: &Conn) -> Result<(), StoreError> {
+    let rows = c.query("SELECT id FROM runs ORDER BY id", &[]).await?;
+    let ids: Vec<String> = rows
+        .iter()
+        .map(|r| r.try_get(0).map_err(bad))
+        .collect::<Result<_, _>>()?;
+    for id in ids {
+        let Some(b) = crate::store::chain::backfill(&super::journal_in(c, &id).await?) else {
+            continue;
+        };
+        for (seq, pos, seals, hash) in &b.events {
+            c.execute(
+                "UPDATE events SET pos = $2, seals = $3, hash = $4 WHERE seq = $1",
+                &[seq, pos, seals, hash],
+            )
+            .await?;
+        }
+        c.execute(
+            "UPDATE runs SET chain_len = $2, chain_head = $3 WHERE id = $1",
+            &[&id, &(b.len as i64), &b.head],
+        )
+        .await?;
     }
     Ok(())
 }

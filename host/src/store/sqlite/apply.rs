@@ -36,7 +36,7 @@ const KINDS: usize = Sql::InsertEvent as usize + 1;
 
 // The text of each statement, put together once.
 static INSERT_RUN: LazyLock<String> = LazyLock::new(|| {
-    format!("INSERT INTO runs ({RUN_COLUMNS}) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16)")
+    format!("INSERT INTO runs ({RUN_COLUMNS}) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18)")
 });
 static UPSERT_STEP: LazyLock<String> = LazyLock::new(|| {
     format!("INSERT INTO steps ({STEP_COLUMNS}) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13)
@@ -50,30 +50,32 @@ const UPDATE_STEP: &str = "UPDATE steps SET version=?3, state=?4, decision=?5, c
         call_args=?7, effect=?8, verdict=?9, obs_kind=?10, obs_content=?11, updated_at=?13
      WHERE run_id=?1 AND idx=?2";
 static UPSERT_APPROVAL: LazyLock<String> = LazyLock::new(|| {
-    format!("INSERT INTO approvals ({APPROVAL_COLUMNS}) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15)
+    format!("INSERT INTO approvals ({APPROVAL_COLUMNS}) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16)
              ON CONFLICT(id) DO UPDATE SET status=excluded.status, decided_by=excluded.decided_by,
                note=excluded.note, decided_at=excluded.decided_at")
 });
 
-// Both run updates take the same 15 parameters: ?2 is the new status,
+// Both run updates take the same 18 parameters: ?2 is the new status,
 // ?13 the expected one. The second is for ?2 = ?13: it checks that, and
-// sets every column but the status.
+// sets every column but the status. ?18 is the chain length the write
+// expects: a write prepared from an older row than the store's would
+// link its events after the wrong head.
 const UPDATE_RUN: &str =
     "UPDATE runs SET status=?2, reason=?3, result=?4, limits=?5, step_count=?6,
         model_calls=?7, tokens=?8, consecutive_failures=?9, lease_owner=?10, lease_expires=?11,
-        updated_at=?12, retry_at=?15
-     WHERE id=?1 AND status=?13 AND lease_owner IS ?14";
+        updated_at=?12, retry_at=?15, chain_len=?16, chain_head=?17
+     WHERE id=?1 AND status=?13 AND lease_owner IS ?14 AND chain_len=?18";
 const UPDATE_RUN_KEEP_STATUS: &str =
     "UPDATE runs SET reason=?3, result=?4, limits=?5, step_count=?6,
         model_calls=?7, tokens=?8, consecutive_failures=?9, lease_owner=?10, lease_expires=?11,
-        updated_at=?12, retry_at=?15
-     WHERE id=?1 AND status=?13 AND ?2=?13 AND lease_owner IS ?14";
+        updated_at=?12, retry_at=?15, chain_len=?16, chain_head=?17
+     WHERE id=?1 AND status=?13 AND ?2=?13 AND lease_owner IS ?14 AND chain_len=?18";
 const INSERT_MODEL_CALL: &str =
     "INSERT INTO model_calls (run_id, step_idx, provider, prompt_tokens,
         completion_tokens, outcome, error, latency_ms, at)
      VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9)";
 const INSERT_EVENT: &str =
-    "INSERT INTO events (run_id, step_idx, kind, data, at) VALUES (?1,?2,?3,?4,?5)";
+    "INSERT INTO events (run_id, step_idx, kind, data, at, pos, seals, hash) VALUES (?1,?2,?3,?4,?5,?6,?7,?8)";
 
 impl Sql {
     fn text(self) -> &'static str {
@@ -141,7 +143,9 @@ impl<'c> Statements<'c> {
             run.lease_expires,
             run.created_at,
             run.updated_at,
-            run.retry_at
+            run.retry_at,
+            run.chain_len as i64,
+            run.chain_head
         ])?;
         self.write_steps(w)?;
         self.insert_events(&run.id, run.updated_at, &w.events)
@@ -170,25 +174,29 @@ impl<'c> Statements<'c> {
         } else {
             Sql::UpdateRun
         };
-        let n = self.get(update)?.execute(params![
-            run.id,
-            run.status.as_str(),
-            run.reason.map(RunReason::as_str),
-            run.result,
-            w.limits,
-            run.step_count,
-            run.model_calls,
-            run.tokens as i64,
-            run.consecutive_failures,
-            run.lease_owner,
-            run.lease_expires,
-            run.updated_at,
-            t.expect.status.as_str(),
-            t.expect.owner,
-            run.retry_at,
-        ])?;
+        let mut relinked = None;
+        let mut n = self.update_run(
+            update,
+            t,
+            w,
+            run.chain_len as i64,
+            &run.chain_head,
+            w.expect_chain_len,
+        )?;
         if n != 1 {
-            return Err(self.refusal(&run.id));
+            // Another writer's transition may have moved the chain on
+            // with the status and owner this write expects: then its
+            // events are linked after the stored head instead.
+            let Some((len, head)) = self.chain_if_expected(t)? else {
+                return Err(self.refusal(&run.id));
+            };
+            let (events, new_head) = w.relinked(len, &head);
+            let new_len = len + events.len() as i64;
+            n = self.update_run(update, t, w, new_len, &new_head, len)?;
+            if n != 1 {
+                return Err(self.refusal(&run.id));
+            }
+            relinked = Some((events, new_len as u64, new_head));
         }
         self.write_steps(w)?;
         for row in &w.approval_rows {
@@ -207,7 +215,8 @@ impl<'c> Statements<'c> {
                 row.expires_at,
                 row.decided_by,
                 row.note,
-                row.decided_at
+                row.decided_at,
+                row.chain_head
             ])?;
         }
         for m in &t.model_calls {
@@ -223,7 +232,61 @@ impl<'c> Statements<'c> {
                 run.updated_at
             ])?;
         }
-        self.insert_events(&run.id, run.updated_at, &w.events)
+        match relinked {
+            None => self.insert_events(&run.id, run.updated_at, &w.events),
+            Some((events, len, head)) => {
+                let mut written = self.insert_events(&run.id, run.updated_at, &events)?;
+                written.chain = Some((len, head));
+                Ok(written)
+            }
+        }
+    }
+
+    /// The run row's compare-and-set (`update`), writing the chain's new
+    /// `len` and `head` where it still is at `expect_len`.
+    fn update_run(
+        &mut self,
+        update: Sql,
+        t: &Transition,
+        w: &Prepared,
+        len: i64,
+        head: &str,
+        expect_len: i64,
+    ) -> Result<usize, StoreError> {
+        let run = &t.run;
+        Ok(self.get(update)?.execute(params![
+            run.id,
+            run.status.as_str(),
+            run.reason.map(RunReason::as_str),
+            run.result,
+            w.limits,
+            run.step_count,
+            run.model_calls,
+            run.tokens as i64,
+            run.consecutive_failures,
+            run.lease_owner,
+            run.lease_expires,
+            run.updated_at,
+            t.expect.status.as_str(),
+            t.expect.owner,
+            run.retry_at,
+            len,
+            head,
+            expect_len,
+        ])?)
+    }
+
+    /// The stored chain (length, head) of `t`'s run when its row has the
+    /// status and owner `t` expects (its chain alone moved on).
+    fn chain_if_expected(&self, t: &Transition) -> Result<Option<(i64, String)>, StoreError> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT chain_len, chain_head FROM runs WHERE id=?1 AND status=?2 AND lease_owner IS ?3",
+                params![t.run.id, t.expect.status.as_str(), t.expect.owner],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()?)
     }
 
     /// Why a run's compare-and-set matched no row: it is gone, or its
@@ -287,15 +350,24 @@ impl<'c> Statements<'c> {
     ) -> Result<Written, StoreError> {
         let mut seqs = Vec::with_capacity(events.len());
         if events.is_empty() {
-            return Ok(Written { seqs });
+            return Ok(Written { seqs, chain: None });
         }
         let conn = self.conn;
         let stmt = self.get(Sql::InsertEvent)?;
         for e in events {
-            stmt.execute(params![run_id, e.step_index, e.kind, e.data, at])?;
+            stmt.execute(params![
+                run_id,
+                e.step_index,
+                e.kind,
+                e.data,
+                at,
+                e.pos,
+                e.seals,
+                e.hash
+            ])?;
             seqs.push(conn.last_insert_rowid());
         }
-        Ok(Written { seqs })
+        Ok(Written { seqs, chain: None })
     }
 }
 

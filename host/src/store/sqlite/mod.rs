@@ -153,6 +153,15 @@ impl Store {
                 supported: CURRENT_VERSION,
             });
         }
+        if version < CURRENT_VERSION {
+            return Err(StoreError::Unusable {
+                path: store.path.clone(),
+                why: format!(
+                    "its schema is version {version} and this keel reads version {CURRENT_VERSION}; \
+                     a command that writes (such as `keel serve` or `keel resume`) migrates it"
+                ),
+            });
+        }
         Ok(store)
     }
 
@@ -208,9 +217,8 @@ impl Store {
         if version == CURRENT_VERSION {
             return self.check_identity();
         }
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        // Unchecked, so that the backfill can read through `self` inside it.
+        let tx = rusqlite::Transaction::new_unchecked(&self.conn, TransactionBehavior::Immediate)?;
         let app: i64 = tx.query_row("PRAGMA application_id", [], |r| r.get(0))?;
         let version: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
         if version > CURRENT_VERSION {
@@ -235,6 +243,9 @@ impl Store {
         for (i, m) in schema::MIGRATIONS.iter().enumerate().skip(version as usize) {
             tx.execute_batch(m)?;
             tx.pragma_update(None, "user_version", (i + 1) as i64)?;
+            if i == schema::CHAIN_MIGRATION && version > 0 {
+                self.backfill_chain()?;
+            }
         }
         tx.pragma_update(None, "application_id", schema::APPLICATION_ID)?;
         tx.commit()?;
@@ -532,6 +543,84 @@ impl Store {
             })
         })?;
         Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    }
+
+    /// The run's rows as stored, in one read transaction
+    /// ([`crate::store::Journal`]).
+    pub fn journal(&self, run_id: &str) -> Result<crate::store::Journal, StoreError> {
+        // A deferred transaction that only reads: one snapshot, rolled
+        // back when dropped.
+        let tx = self.conn.unchecked_transaction()?;
+        let j = self.journal_rows(run_id);
+        drop(tx);
+        j
+    }
+
+    /// [`Store::journal`] inside the caller's transaction.
+    fn journal_rows(&self, run_id: &str) -> Result<crate::store::Journal, StoreError> {
+        let tx = &self.conn;
+        let run = self
+            .get_run(run_id)?
+            .ok_or_else(|| StoreError::RunNotFound(run_id.to_string()))?;
+        let limits: String =
+            tx.query_row("SELECT limits FROM runs WHERE id=?1", [run_id], |r| {
+                r.get(0)
+            })?;
+        let mut stmt = tx.prepare_cached(
+            "SELECT seq, pos, step_idx, kind, data, at, seals, hash FROM events
+             WHERE run_id=?1 ORDER BY seq",
+        )?;
+        let events = stmt
+            .query_map([run_id], |r| {
+                Ok(crate::store::ChainedEvent {
+                    seq: r.get(0)?,
+                    pos: r.get(1)?,
+                    step_index: r.get(2)?,
+                    kind: r.get(3)?,
+                    data: r.get(4)?,
+                    at: r.get(5)?,
+                    seals: r.get(6)?,
+                    hash: r.get(7)?,
+                })
+            })?
+            .collect::<Result<Vec<_>, _>>()?;
+        drop(stmt);
+        let j = crate::store::Journal {
+            run,
+            limits,
+            steps: self.step_rows(run_id)?,
+            approvals: self.approval_rows(run_id)?,
+            events,
+            model_calls: self.model_calls(run_id)?,
+        };
+        Ok(j)
+    }
+
+    /// Links the events of runs written before the chain existed
+    /// ([`crate::store::chain::backfill`]), inside the migration's
+    /// transaction.
+    fn backfill_chain(&self) -> Result<(), StoreError> {
+        let ids: Vec<String> = {
+            let mut stmt = self.conn.prepare("SELECT id FROM runs ORDER BY id")?;
+            let ids = stmt.query_map([], |r| r.get(0))?;
+            ids.collect::<Result<_, _>>()?
+        };
+        for id in ids {
+            let Some(b) = crate::store::chain::backfill(&self.journal_rows(&id)?) else {
+                continue;
+            };
+            let mut stmt = self
+                .conn
+                .prepare_cached("UPDATE events SET pos=?2, seals=?3, hash=?4 WHERE seq=?1")?;
+            for (seq, pos, seals, hash) in &b.events {
+                stmt.execute(params![seq, pos, seals, hash])?;
+            }
+            self.conn.execute(
+                "UPDATE runs SET chain_len=?2, chain_head=?3 WHERE id=?1",
+                params![id, b.len as i64, b.head],
+            )?;
+        }
+        Ok(())
     }
 
     /// How many events the journal holds.

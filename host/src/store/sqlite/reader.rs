@@ -86,4 +86,8 @@ impl RunReader for ReadOnlyStore {
     async fn count_events(&self) -> Result<u64, StoreError> {
         self.read(|s| s.count_events()).await
     }
+    async fn journal(&self, run_id: &str) -> Result<crate::store::Journal, StoreError> {
+        let id = run_id.to_string();
+        self.read(move |s| s.journal(&id)).await
+    }
 }

@@ -28,7 +28,7 @@ impl StepRow {
     }
 }
 
-pub const APPROVAL_COLUMNS: &str = "id, run_id, step_idx, kind, status, tool, arguments, reason, presentation, hash, created_at, expires_at, decided_by, note, decided_at";
+pub const APPROVAL_COLUMNS: &str = "id, run_id, step_idx, kind, status, tool, arguments, reason, presentation, hash, created_at, expires_at, decided_by, note, decided_at, chain_head";
 
 impl ApprovalRow {
     pub fn read(row: &Row<'_>) -> rusqlite::Result<ApprovalRow> {
@@ -48,11 +48,12 @@ impl ApprovalRow {
             decided_by: row.get(12)?,
             note: row.get(13)?,
             decided_at: row.get(14)?,
+            chain_head: row.get(15)?,
         })
     }
 }
 
-pub const RUN_COLUMNS: &str = "id, goal, status, reason, result, limits, meta, step_count, model_calls, tokens, consecutive_failures, lease_owner, lease_expires, created_at, updated_at, retry_at";
+pub const RUN_COLUMNS: &str = "id, goal, status, reason, result, limits, meta, step_count, model_calls, tokens, consecutive_failures, lease_owner, lease_expires, created_at, updated_at, retry_at, chain_len, chain_head";
 
 pub fn read_run(row: &Row<'_>) -> Result<Run, StoreError> {
     let id: String = row.get(0)?;
@@ -79,6 +80,8 @@ pub fn read_run(row: &Row<'_>) -> Result<Run, StoreError> {
         created_at: row.get(13)?,
         updated_at: row.get(14)?,
         retry_at: row.get(15)?,
+        chain_len: row.get::<_, i64>(16)? as u64,
+        chain_head: row.get(17)?,
         id: id.clone(),
     })
 }

@@ -133,7 +133,20 @@ ALTER TABLE runs ADD COLUMN retry_at INTEGER;
     r#"
 CREATE INDEX runs_claim ON runs(status, (CASE WHEN lease_owner IS NULL THEN 0 ELSE COALESCE(lease_expires, 0) END));
 "#,
+    // 5: the journal's hash chain (`store::chain`). Events written before
+    // it are linked by `chain::backfill` in the same transaction.
+    r#"
+ALTER TABLE runs ADD COLUMN chain_len INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN chain_head TEXT NOT NULL DEFAULT '';
+ALTER TABLE events ADD COLUMN pos INTEGER;
+ALTER TABLE events ADD COLUMN seals TEXT;
+ALTER TABLE events ADD COLUMN hash TEXT;
+ALTER TABLE approvals ADD COLUMN chain_head TEXT;
+"#,
 ];
+
+/// The migration that adds the chain: events before it are linked then.
+pub const CHAIN_MIGRATION: usize = 4;
 
 /// The schema version this binary writes.
 pub const CURRENT_VERSION: i64 = MIGRATIONS.len() as i64;

@@ -284,6 +284,10 @@ impl crate::store::RunReader for StoreHandle {
         let id = id.to_string();
         self.with(move |s| s.approval(&id)).await?
     }
+    async fn journal(&self, run_id: &str) -> Result<crate::store::Journal, StoreError> {
+        let id = run_id.to_string();
+        self.with(move |s| s.journal(&id)).await?
+    }
     async fn events_after(
         &self,
         run_id: Option<&str>,
