@@ -49,26 +49,8 @@ async fn tour_on(store: Arc<dyn RunStore>) -> serde_json::Value {
     let rt = Runtime::on(store.clone())
         .with_ids(Arc::new(keel::driver::SeqIds::new()))
         .with_clock(Arc::new(keel::driver::StepClock::new(1_000, 7)));
-    let n = Arc::new(Mutex::new(0));
-    let tools = || {
-        vec![
-            counting_tool("write_a", Effect::LocalMutation, n.clone()),
-            counting_tool("deny_b", Effect::ReadOnly, n.clone()),
-            counting_tool("ask_c", Effect::Destructive, n.clone()),
-        ]
-    };
-    let (c, _) = consumers(tour(), tools());
-    let out = rt.start("tour", Limits::default(), "{}", c).await.unwrap();
-    assert_eq!(out.run.status, RunStatus::WaitingForApproval);
-    let a = out.pending.unwrap();
-    rt.operator()
-        .deny(&a.id, "ops", Some("not today"))
-        .await
-        .unwrap();
-    let (c, _) = consumers(tour(), tools());
-    let done = rt.resume(&out.run.id, c).await.unwrap();
-    assert_eq!(done.run.status, RunStatus::Completed);
-    let id = &done.run.id;
+    let (id, tool_calls) = toured(&rt).await;
+    let id = &id;
     let events: Vec<_> = store
         .events_after(Some(id), 0, 1000)
         .await
@@ -85,7 +67,7 @@ async fn tour_on(store: Arc<dyn RunStore>) -> serde_json::Value {
         "approvals": store.approvals(id).await.unwrap(),
         "events": events,
         "model_calls": store.model_calls(id).await.unwrap(),
-        "tool_calls": *n.lock().unwrap(),
+        "tool_calls": tool_calls,
     })
 }
 
@@ -854,9 +836,10 @@ async fn a_run_claimed_long_before_it_is_driven_is_driven_under_a_renewed_lease(
     }
 }
 
-/// [`tour`] on `rt` with its own ids: a run with an allowed, a denied and
-/// an invalid call, an approval an operator denied, and the end.
-async fn toured(rt: &Runtime) -> String {
+/// Drives [`tour`] on `rt`: a run with an allowed, a denied and an
+/// invalid call, an approval an operator denies, and the end. Returns the
+/// run's id and how many tool calls ran.
+async fn toured(rt: &Runtime) -> (String, u32) {
     let n = Arc::new(Mutex::new(0));
     let tools = || {
         vec![
@@ -867,12 +850,17 @@ async fn toured(rt: &Runtime) -> String {
     };
     let (c, _) = consumers(tour(), tools());
     let out = rt.start("tour", Limits::default(), "{}", c).await.unwrap();
+    assert_eq!(out.run.status, RunStatus::WaitingForApproval);
     let a = out.pending.unwrap();
-    rt.operator().deny(&a.id, "ops", Some("no")).await.unwrap();
+    rt.operator()
+        .deny(&a.id, "ops", Some("not today"))
+        .await
+        .unwrap();
     let (c, _) = consumers(tour(), tools());
     let done = rt.resume(&out.run.id, c).await.unwrap();
     assert_eq!(done.run.status, RunStatus::Completed);
-    done.run.id
+    let count = *n.lock().unwrap();
+    (done.run.id, count)
 }
 
 /// Every event is chained to the one before it and the run rows are
@@ -889,7 +877,7 @@ async fn verify_finds_every_kind_of_tampering_and_passes_an_untouched_journal(s:
         let reader = reader.clone();
         async move { verify(&reader.journal(&id).await.unwrap()) }
     };
-    let intact = toured(&rt).await;
+    let (intact, _) = toured(&rt).await;
     let ok = check(intact.clone()).await.unwrap();
     let run = reader.run(&intact).await.unwrap();
     assert_eq!(ok.head, run.chain_head);
@@ -991,7 +979,7 @@ async fn verify_finds_every_kind_of_tampering_and_passes_an_untouched_journal(s:
         ),
     ];
     for (what, problem, pos, tamper) in &cases {
-        let id = toured(&rt).await;
+        let (id, _) = toured(&rt).await;
         check(id.clone()).await.unwrap();
         let at = |pos: i64| format!("SELECT seq FROM events WHERE run_id='{id}' AND pos={pos}");
         let (a, b) = (s.number(&at(3)).await, s.number(&at(4)).await);

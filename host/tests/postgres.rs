@@ -360,3 +360,58 @@ async fn a_read_only_role_reads_and_is_refused_before_any_write() {
         RunStatus::WaitingForApproval
     );
 }
+
+/// A database written before the chain (schema version 1) is refused to
+/// readers with what to do, and migrated by the first writer with its
+/// events linked and its rows sealed as they were: its runs verify, and a
+/// new write of an old run chains after its events.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_1_database_is_migrated_with_its_journal_linked() {
+    let s = TestStore::new(Engine::Postgres).await;
+    s.exec(keel::store::postgres::MIGRATIONS[0]).await;
+    s.exec("UPDATE keel_meta SET version = 1").await;
+    let limits = serde_json::to_string(&Limits::default()).unwrap();
+    s.exec(&format!(
+        "INSERT INTO runs (id, goal, status, limits, meta, step_count, model_calls, tokens,
+            consecutive_failures, created_at, updated_at)
+         VALUES ('old', 'g', 'running', '{limits}', '{{}}', 1, 0, 0, 0, 1, 2);
+         INSERT INTO steps (run_id, idx, version, state, started_at, updated_at)
+         VALUES ('old', 0, 1, 'started', 1, 1);
+         INSERT INTO events (seq, run_id, step_idx, kind, data, at) VALUES
+            (nextval('events_seq'), 'old', NULL, 'run.started', '{{}}', 1),
+            (nextval('events_seq'), 'old', 0, 'step.started', '{{}}', 1);"
+    ))
+    .await;
+    let err = keel::store::open_reader(&s.loc()).await.err().unwrap();
+    assert!(err.to_string().contains("version 1"), "{err}");
+
+    let store = s.open().await;
+    let held = keel::audit::verify(&store.journal("old").await.unwrap()).unwrap();
+    assert_eq!(held.events, 2);
+    let run = store.run("old").await.unwrap();
+    assert_eq!((run.chain_len, &run.chain_head), (2, &held.head));
+    let mut next = run.clone();
+    next.updated_at = 3;
+    store
+        .commit(keel::store::Transition {
+            expect: keel::store::Expect {
+                status: RunStatus::Running,
+                owner: None,
+                pending_approval: None,
+            },
+            run: next,
+            steps: vec![],
+            approvals: vec![],
+            events: vec![keel::store::NewEvent::new(
+                EventKind::PluginLog,
+                None,
+                serde_json::json!({}),
+            )],
+            model_calls: vec![],
+        })
+        .await
+        .unwrap();
+    let held = keel::audit::verify(&store.journal("old").await.unwrap()).unwrap();
+    assert_eq!(held.events, 3);
+    s.reader().await;
+}

@@ -291,6 +291,13 @@ pub(super) async fn check_readable(c: &Conn, shown: &str) -> Result<(), StoreErr
         Found::Keel { version: 0 } | Found::Empty => Err(StoreError::Uninitialised {
             path: shown.to_string(),
         }),
+        Found::Keel { version } if version < CURRENT_VERSION => Err(StoreError::Unusable {
+            path: shown.to_string(),
+            why: format!(
+                "its schema is version {version} and this keel reads version {CURRENT_VERSION}; \
+                 a command that writes (such as `keel serve` or `keel resume`) migrates it"
+            ),
+        }),
         Found::Keel { .. } => Ok(()),
         Found::Foreign(d) => Err(foreign(shown, d)),
     }
