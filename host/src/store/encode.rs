@@ -186,8 +186,13 @@ pub struct EncodedEvent {
 }
 
 /// Links `events` after (`len`, `head`): their positions and hashes.
-fn link_all(events: &mut [EncodedEvent], run_id: &str, at: i64, len: i64, head: &str) -> String {
-    let mut head = head.to_string();
+fn link_all(
+    events: &mut [EncodedEvent],
+    run_id: &str,
+    at: i64,
+    len: i64,
+    mut head: String,
+) -> String {
     for (i, e) in events.iter_mut().enumerate() {
         e.pos = len + i as i64 + 1;
         e.hash = chain::link(
@@ -233,7 +238,7 @@ fn encode(
             hash: String::new(),
         })
         .collect();
-    let head = link_all(&mut out, run_id, at, len as i64, &head);
+    let head = link_all(&mut out, run_id, at, len as i64, head);
     (out, head)
 }
 
@@ -327,7 +332,7 @@ impl Prepared {
     pub(crate) fn relinked(&self, len: i64, head: &str) -> (Vec<EncodedEvent>, String) {
         let run = self.run();
         let mut events = self.events.clone();
-        let head = link_all(&mut events, &run.id, run.updated_at, len, head);
+        let head = link_all(&mut events, &run.id, run.updated_at, len, head.to_string());
         (events, head)
     }
 

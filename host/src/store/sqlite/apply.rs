@@ -58,8 +58,8 @@ static UPSERT_APPROVAL: LazyLock<String> = LazyLock::new(|| {
 // Both run updates take the same 18 parameters: ?2 is the new status,
 // ?13 the expected one. The second is for ?2 = ?13: it checks that, and
 // sets every column but the status. ?18 is the chain length the write
-// expects: a write prepared from an older row than the store's would
-// link its events after the wrong head.
+// was linked after: when only that misses, the write is linked again
+// after the stored head (`Prepared::relinked`) and updated once more.
 const UPDATE_RUN: &str =
     "UPDATE runs SET status=?2, reason=?3, result=?4, limits=?5, step_count=?6,
         model_calls=?7, tokens=?8, consecutive_failures=?9, lease_owner=?10, lease_expires=?11,
