@@ -18,6 +18,7 @@ pub mod consumer;
 pub mod driver;
 pub mod model;
 pub mod render;
+pub mod retention;
 pub mod serve;
 pub mod store;
 pub mod tools;

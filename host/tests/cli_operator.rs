@@ -481,3 +481,129 @@ fn verify_and_export_find_an_edited_journal_in_the_store_and_in_a_file() {
         text(&o)
     );
 }
+
+/// `keel prune`: a bad age, date or status is a usage error that changes
+/// nothing; a dry run lists without removing; an export folder that
+/// cannot be made keeps every run; a prune with `--export` removes the
+/// finished runs (never the one still waiting), and the store and every
+/// exported file verify afterwards.
+#[test]
+fn prune_removes_only_finished_runs_and_what_remains_and_its_exports_verify() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(cfg) = config(dir.path()) else {
+        return;
+    };
+    let cfg = cfg.to_str().unwrap();
+    let store = dir.path().join("keel.db");
+    let store = store.to_str().unwrap();
+    let ids = || -> Vec<String> {
+        let o = keel(&["--store", store, "runs", "--json"]);
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let mut failed = Vec::new();
+    for _ in 0..2 {
+        assert_eq!(
+            keel(&["run", "--config", cfg, "--goal", "x"]).status.code(),
+            Some(3)
+        );
+        let id = ids()[0].clone();
+        keel(&["--store", store, "approve", &id]);
+        assert_eq!(
+            keel(&["--store", store, "resume", &id]).status.code(),
+            Some(4)
+        );
+        failed.push(id);
+    }
+    assert_eq!(
+        keel(&["run", "--config", cfg, "--goal", "x"]).status.code(),
+        Some(3)
+    );
+    let waiting = ids()[0].clone();
+
+    for (bad, says) in [
+        (vec!["--finished-before", "yesterday"], "neither an age"),
+        (vec!["--finished-before", "2026-02-30"], "neither an age"),
+        (
+            vec!["--finished-before", "0s", "--status", "running"],
+            "has not finished",
+        ),
+        (
+            vec!["--finished-before", "0s", "--status", "done"],
+            "--status",
+        ),
+    ] {
+        let mut args = vec!["--store", store, "prune"];
+        args.extend(bad);
+        let o = keel(&args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o));
+        assert!(text(&o).contains(says), "{args:?}: {}", text(&o));
+    }
+    let o = keel(&[
+        "--store",
+        store,
+        "prune",
+        "--finished-before",
+        "0s",
+        "--dry-run",
+        "--json",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let listed: Vec<&str> = lines.iter().filter_map(|l| l["run_id"].as_str()).collect();
+    assert_eq!(
+        listed,
+        failed.iter().map(String::as_str).collect::<Vec<_>>()
+    );
+    assert_eq!(lines.last().unwrap()["runs"], 2, "{lines:?}");
+    assert_eq!(ids().len(), 3, "a dry run removes nothing");
+
+    let blocked = dir.path().join("a-file");
+    std::fs::write(&blocked, "x").unwrap();
+    let o = keel(&[
+        "--store",
+        store,
+        "prune",
+        "--finished-before",
+        "0s",
+        "--export",
+        blocked.join("sub").to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("export folder"), "{}", text(&o));
+    assert_eq!(
+        ids().len(),
+        3,
+        "nothing is pruned when exports cannot be written"
+    );
+
+    let out = dir.path().join("exports");
+    let o = keel(&[
+        "--store",
+        store,
+        "prune",
+        "--finished-before",
+        "0s",
+        "--export",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("pruned 2 run(s)"), "{}", text(&o));
+    assert_eq!(ids(), vec![waiting.clone()]);
+    let o = keel(&["--store", store, "verify", "--all"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    for id in &failed {
+        let f = out.join(format!("{id}.jsonl"));
+        let o = keel(&["verify", "--file", f.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        let o = keel(&["--store", store, "show", id]);
+        assert_ne!(o.status.code(), Some(0), "{id} is gone: {}", text(&o));
+    }
+}

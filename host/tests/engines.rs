@@ -28,6 +28,7 @@ on_both_engines!(
     a_run_claimed_long_before_it_is_driven_is_driven_under_a_renewed_lease,
     verify_finds_every_kind_of_tampering_and_passes_an_untouched_journal,
     a_write_prepared_from_an_older_run_row_links_its_events_after_the_stored_head,
+    prune_removes_finished_runs_whole_and_leaves_every_other_run_verifiable,
 );
 
 /// A run with every kind of step: an allowed call, a denied one, an
@@ -1036,4 +1037,168 @@ async fn a_write_prepared_from_an_older_run_row_links_its_events_after_the_store
         s.reader().await.run(&run.id).await.unwrap().chain_len,
         stale.chain_len
     );
+}
+
+/// A run waiting for its approval (not finished).
+async fn waiting(rt: &Runtime) -> String {
+    let n = Arc::new(Mutex::new(0));
+    let (c, _) = consumers(
+        vec![call("ask_c", r#"{"n":4}"#)],
+        vec![counting_tool("ask_c", Effect::Destructive, n)],
+    );
+    let out = rt.start("wait", Limits::default(), "{}", c).await.unwrap();
+    assert_eq!(out.run.status, RunStatus::WaitingForApproval);
+    out.run.id
+}
+
+/// Retention removes finished runs whole, on both engines: the run and
+/// every row it owns (steps, approvals, events, model calls), exported
+/// first when asked, by status, and only when finished before the
+/// cutoff; a run that has not finished, a run whose journal grew since it
+/// was read, and the run holding the store's newest event stay, and every
+/// run left still verifies. A dry run changes nothing.
+async fn prune_removes_finished_runs_whole_and_leaves_every_other_run_verifiable(s: TestStore) {
+    use keel::retention::{prune, Prune};
+    use keel::store::{Doomed, Finished};
+    let rt = s.runtime().await;
+    let store = rt.store().clone();
+    let (done, _) = toured(&rt).await;
+    let cancelled = waiting(&rt).await;
+    rt.operator().cancel(&cancelled, "ops").await.unwrap();
+    let open = waiting(&rt).await;
+    let (newest, _) = toured(&rt).await;
+    let owned = |id: &str| {
+        [
+            "SELECT count(*) FROM runs WHERE id='ID'",
+            "SELECT count(*) FROM steps WHERE run_id='ID'",
+            "SELECT count(*) FROM approvals WHERE run_id='ID'",
+            "SELECT count(*) FROM events WHERE run_id='ID'",
+            "SELECT count(*) FROM model_calls WHERE run_id='ID'",
+        ]
+        .map(|q| q.replace("ID", id))
+    };
+    let rows = |id: String| {
+        let s = &s;
+        async move {
+            let mut n = Vec::new();
+            for q in owned(&id) {
+                n.push(s.number(&q).await);
+            }
+            n
+        }
+    };
+    // The scripted agent calls no model: give the run a model call's row.
+    s.exec(&format!(
+        "INSERT INTO model_calls (run_id, step_idx, provider, prompt_tokens, completion_tokens,
+           outcome, latency_ms, at) VALUES ('{done}', 0, 'stub', 1, 1, 'ok', 1, 1)"
+    ))
+    .await;
+    assert!(rows(done.clone()).await.iter().all(|n| *n > 0));
+    let later = keel::driver::Clock::now_ms(&keel::driver::SystemClock) + 60_000;
+    let all = Prune {
+        finished_before: later,
+        statuses: vec![],
+        export_dir: None,
+    };
+    let listed = |p: Prune| {
+        let store = store.clone();
+        async move {
+            let mut ids = Vec::new();
+            prune(store.as_ref(), None, &p, |r| ids.push(r.id.clone()))
+                .await
+                .unwrap();
+            ids
+        }
+    };
+
+    // A dry run lists the finished runs (not the one holding the newest
+    // event) and removes nothing.
+    let events = s.number("SELECT count(*) FROM events").await;
+    assert_eq!(
+        listed(all.clone()).await,
+        vec![done.clone(), cancelled.clone()]
+    );
+    assert_eq!(s.number("SELECT count(*) FROM events").await, events);
+    // The cutoff is strict, and the statuses select.
+    let done_at = store.run(&done).await.unwrap().updated_at;
+    let early = Prune {
+        finished_before: done_at,
+        ..all.clone()
+    };
+    assert_eq!(listed(early).await, Vec::<String>::new());
+    let only_cancelled = Prune {
+        statuses: vec![RunStatus::Cancelled],
+        ..all.clone()
+    };
+    assert_eq!(
+        listed(only_cancelled.clone()).await,
+        vec![cancelled.clone()]
+    );
+    assert!(Finished::new(later, &[RunStatus::Running], 10).is_err());
+
+    // A run whose journal is longer than the length it was read with is
+    // left.
+    let q = Finished::new(later, &[], 10).unwrap();
+    let len = store.run(&done).await.unwrap().chain_len;
+    let stale = [Doomed {
+        id: done.clone(),
+        chain_len: len - 1,
+    }];
+    assert!(store.delete_runs(&stale, &q).await.unwrap().is_empty());
+    // Nor does asking delete a run that has not finished.
+    let open_len = store.run(&open).await.unwrap().chain_len;
+    let unfinished = [Doomed {
+        id: open.clone(),
+        chain_len: open_len,
+    }];
+    assert!(store.delete_runs(&unfinished, &q).await.unwrap().is_empty());
+
+    let sum = prune(
+        store.as_ref(),
+        Some(store.as_ref()),
+        &only_cancelled,
+        |_| {},
+    )
+    .await
+    .unwrap();
+    assert_eq!(sum.runs, 1);
+    assert_eq!(rows(cancelled.clone()).await, vec![0; 5]);
+    assert!(store.get_run(&done).await.unwrap().is_some());
+
+    // With an export, each run is written out first, and the file holds
+    // the chain the store held.
+    let dir = tempfile::tempdir().unwrap();
+    let head = store.run(&done).await.unwrap().chain_head;
+    let exporting = Prune {
+        export_dir: Some(dir.path().join("out")),
+        ..all.clone()
+    };
+    let sum = prune(store.as_ref(), Some(store.as_ref()), &exporting, |_| {})
+        .await
+        .unwrap();
+    assert_eq!((sum.runs, sum.skipped), (1, 0));
+    assert_eq!(rows(done.clone()).await, vec![0; 5]);
+    assert!(matches!(
+        store.journal(&done).await,
+        Err(keel::store::StoreError::RunNotFound(_))
+    ));
+    let file = dir.path().join("out").join(format!("{done}.jsonl"));
+    let j = keel::audit::export::read(std::io::BufReader::new(std::fs::File::open(&file).unwrap()))
+        .unwrap();
+    assert_eq!(keel::audit::verify(&j).unwrap().head, head);
+
+    // Every run left verifies; the one holding the newest event goes
+    // once a newer one exists; the unfinished one stays whatever is asked.
+    for id in [&open, &newest] {
+        keel::audit::verify(&store.journal(id).await.unwrap()).unwrap();
+    }
+    let last = waiting(&rt).await;
+    prune(store.as_ref(), Some(store.as_ref()), &all, |_| {})
+        .await
+        .unwrap();
+    assert_eq!(rows(newest.clone()).await, vec![0; 5]);
+    for id in [&open, &last] {
+        assert!(rows(id.clone()).await[3] > 0);
+        keel::audit::verify(&store.journal(id).await.unwrap()).unwrap();
+    }
 }

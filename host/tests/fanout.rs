@@ -316,3 +316,55 @@ fn the_serve_bench_drives_every_run_through_the_api_and_times_streams_and_approv
     let tp = serve["throughput_runs_per_s"].as_f64().unwrap();
     assert!(tp > 0.0 && tp < 5_000.0, "{r}");
 }
+
+/// `keel bench soak`: runs created, finished and pruned in rounds leave a
+/// store whose size levels off (the file and its log stop growing once
+/// freed pages are reused), while the same load without pruning keeps
+/// growing; the runs kept are the last round's.
+#[test]
+fn a_store_pruned_in_rounds_levels_off_and_one_never_pruned_grows() {
+    if !have_plugins() {
+        return;
+    }
+    let soak = |extra: &[&str]| -> serde_json::Value {
+        let mut args = vec![
+            "--runs",
+            "3000",
+            "--round",
+            "500",
+            "--concurrency",
+            "100",
+            "--report-every",
+            "500",
+            "--latency",
+            "0",
+            "--json",
+            "-",
+        ];
+        args.extend(extra);
+        let o = bench("soak", &args);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    // What the database's pages hold: the file's own size moves only at
+    // checkpoints.
+    let size = |s: &serde_json::Value| s["size_bytes"].as_u64().unwrap();
+    let pruned = soak(&[]);
+    let samples = pruned["samples"].as_array().unwrap();
+    assert_eq!(samples.len(), 6, "{pruned}");
+    let (mid, last) = (&samples[2], &samples[5]);
+    assert!(
+        size(last) <= size(mid) + size(mid) / 10,
+        "the pruned store kept growing: {pruned}"
+    );
+    assert!(last["live_runs"].as_u64().unwrap() <= 1001, "{pruned}");
+    assert_eq!(pruned["failed"], 0);
+
+    let grown = soak(&["--no-prune"]);
+    let samples = grown["samples"].as_array().unwrap();
+    assert_eq!(samples[5]["live_runs"], 3001, "{grown}");
+    assert!(
+        2 * size(&samples[5]) > 3 * size(&samples[2]),
+        "without pruning the file grows with the runs: {grown}"
+    );
+}

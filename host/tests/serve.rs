@@ -17,6 +17,7 @@ on_both_engines!(
     a_stopped_server_leaves_runs_at_a_step_boundary_for_the_next,
     a_killed_servers_runs_are_finished_by_the_others_and_no_effect_runs_twice,
     a_server_records_an_expired_approval_on_time,
+    a_server_with_retention_prunes_finished_runs_on_its_schedule,
 );
 
 /// A config whose one run reads `n` files, one a step, no approval.
@@ -491,4 +492,84 @@ async fn a_server_records_an_expired_approval_on_time(s: TestStore) {
         at - due
     );
     srv.terminate();
+}
+
+/// With `[retention]`, a server removes runs that finished longer ago
+/// than the section keeps them, on its schedule, exporting each first;
+/// the store still verifies. A bad section is refused at start.
+async fn a_server_with_retention_prunes_finished_runs_on_its_schedule(s: TestStore) {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(cfg) = long_config(dir.path(), 1) else {
+        return;
+    };
+    let base = std::fs::read_to_string(&cfg).unwrap();
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(
+        &bad,
+        format!("{base}[retention]\nfinished_before = \"soon\"\n"),
+    )
+    .unwrap();
+    let o = keel(
+        &s,
+        &[
+            "serve",
+            "-c",
+            bad.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", output_text(&o));
+    assert!(
+        output_text(&o).contains("[retention] finished_before"),
+        "{}",
+        output_text(&o)
+    );
+
+    std::fs::write(
+        &cfg,
+        format!(
+            "{base}[retention]\nfinished_before = \"200ms\"\nevery = \"100ms\"\nexport_dir = \"pruned\"\n"
+        ),
+    )
+    .unwrap();
+    let srv = ServeProcess::start(&s.location, &["-c", cfg.to_str().unwrap()]);
+    let store = s.open().await;
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let r = srv.post("/api/runs", None, r#"{"goal":"read"}"#);
+        assert_eq!(r.status, 201, "{}", r.body);
+        ids.push(r.json()["id"].as_str().unwrap().to_string());
+        let since = Instant::now();
+        while store
+            .get_run(ids.last().unwrap())
+            .await
+            .unwrap()
+            .is_none_or(|r| r.status != RunStatus::Completed)
+        {
+            assert!(
+                since.elapsed() < Duration::from_secs(60),
+                "the run never completed"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    // The first goes; the second holds the store's newest event and stays.
+    let since = Instant::now();
+    while store.get_run(&ids[0]).await.unwrap().is_some() {
+        assert!(
+            since.elapsed() < Duration::from_secs(30),
+            "the run was never pruned"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(srv.get(&format!("/api/runs/{}", ids[0]), None).status, 404);
+    let export = dir.path().join("pruned").join(format!("{}.jsonl", ids[0]));
+    let o = keel(&s, &["verify", "--file", export.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", output_text(&o));
+    let o = keel(&s, &["verify", "--all"]);
+    assert_eq!(o.status.code(), Some(0), "{}", output_text(&o));
+    assert!(store.get_run(&ids[1]).await.unwrap().is_some());
+    let log = srv.terminate();
+    assert!(log.contains("pruned finished runs"), "{log}");
 }

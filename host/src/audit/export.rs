@@ -43,6 +43,30 @@ pub enum ExportError {
     Io(#[from] std::io::Error),
 }
 
+/// Writes `j` to the file `path`, durably: beside it first, synced, then
+/// renamed into place (and the folder synced), so that a crash leaves
+/// either no file under that name or the whole export. A file already
+/// there is replaced.
+pub fn write_file(j: &Journal, path: &std::path::Path) -> std::io::Result<()> {
+    let tmp = path.with_extension("partial");
+    let written = (|| {
+        let f = std::fs::File::create(&tmp)?;
+        let mut w = std::io::BufWriter::new(f);
+        write(j, &mut w)?;
+        w.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => std::path::Path::new("."),
+        };
+        std::fs::File::open(dir)?.sync_all()
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
+}
+
 /// Writes `j` to `out`.
 pub fn write(j: &Journal, out: &mut impl Write) -> std::io::Result<()> {
     let mut line = |r: &Record| -> std::io::Result<()> {

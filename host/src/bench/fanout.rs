@@ -302,17 +302,17 @@ pub(crate) async fn open_store(mode: &StoreMode) -> anyhow::Result<(Arc<dyn RunS
 
 /// What a fan-out and its floor share: the plugins, the store, one run
 /// done and recorded.
-struct Prepared {
-    bench: Arc<Bench>,
-    store: Arc<dyn RunStore>,
-    label: String,
-    runtime: Runtime,
-    limits: Limits,
-    concurrency: u64,
-    recording: Arc<Recording>,
+pub(super) struct Prepared {
+    pub(super) bench: Arc<Bench>,
+    pub(super) store: Arc<dyn RunStore>,
+    pub(super) label: String,
+    pub(super) runtime: Runtime,
+    pub(super) limits: Limits,
+    pub(super) concurrency: u64,
+    pub(super) recording: Arc<Recording>,
 }
 
-async fn prepare(opts: &FanoutOptions, floor: bool) -> anyhow::Result<Prepared> {
+pub(super) async fn prepare(opts: &FanoutOptions, floor: bool) -> anyhow::Result<Prepared> {
     if opts.runs == 0 || opts.concurrency == 0 {
         bail!("--runs and --concurrency must be at least 1");
     }
@@ -407,42 +407,18 @@ async fn prepare(opts: &FanoutOptions, floor: bool) -> anyhow::Result<Prepared> 
 /// Only the floor of a fan-out with `opts` (`keel bench fanout --floor`):
 /// one run done and recorded, then the floor of `opts.runs` like it, with
 /// as many runs to a commit as the fan-out can group.
-pub async fn floor_only(opts: &FanoutOptions) -> anyhow::Result<FloorReport> {
-    let p = prepare(opts, true).await?;
-    let group = p.concurrency.min(crate::store::sqlite::MAX_GROUP as u64);
-    super::floor::measure(
-        &p.bench,
-        &p.recording,
-        &opts.store,
-        opts.runs,
-        p.concurrency,
-        group,
-    )
-    .await
-}
-
-/// Runs the fan-out and measures it, then its floor when asked. Call from
-/// a multi-threaded tokio runtime: the runs are spread over its workers.
-pub async fn run(opts: &FanoutOptions) -> anyhow::Result<FanoutReport> {
-    let Prepared {
-        bench,
-        store,
-        label,
-        runtime,
-        limits,
-        concurrency,
-        recording,
-    } = prepare(opts, opts.floor).await?;
-    let before = store.writer_stats();
-    let events_before = store.count_events().await?;
-    let server0 = super::processes_cpu_seconds("postgres");
-
+/// Drives `total` runs, `concurrency` at once, each with its own plugins:
+/// returns each run's latency (ms), how many did not complete, and the
+/// first of those's error.
+pub(super) async fn drive(
+    bench: &Arc<Bench>,
+    runtime: &Runtime,
+    limits: &Limits,
+    concurrency: u64,
+    total: u64,
+) -> anyhow::Result<(Vec<f64>, u64, Option<String>)> {
     let next = Arc::new(AtomicU64::new(0));
     let failed = Arc::new(AtomicU64::new(0));
-    let cpu0 = super::cpu_seconds();
-    let writer0 = super::thread_times(crate::store::WRITER_THREAD);
-    let started = Instant::now();
-    let total = opts.runs;
     let mut workers = tokio::task::JoinSet::new();
     for _ in 0..concurrency {
         let (bench, runtime, next, failed) =
@@ -481,7 +457,7 @@ pub async fn run(opts: &FanoutOptions) -> anyhow::Result<FanoutReport> {
             (latencies, first_error)
         });
     }
-    let mut latencies = Vec::with_capacity(opts.runs as usize);
+    let mut latencies = Vec::with_capacity(total as usize);
     let mut first_error = None;
     while let Some(joined) = workers.join_next().await {
         let (l, e) = joined.context("a fan-out worker panicked")?;
@@ -490,6 +466,44 @@ pub async fn run(opts: &FanoutOptions) -> anyhow::Result<FanoutReport> {
             first_error = e;
         }
     }
+    Ok((latencies, failed.load(Ordering::Relaxed), first_error))
+}
+
+pub async fn floor_only(opts: &FanoutOptions) -> anyhow::Result<FloorReport> {
+    let p = prepare(opts, true).await?;
+    let group = p.concurrency.min(crate::store::sqlite::MAX_GROUP as u64);
+    super::floor::measure(
+        &p.bench,
+        &p.recording,
+        &opts.store,
+        opts.runs,
+        p.concurrency,
+        group,
+    )
+    .await
+}
+
+/// Runs the fan-out and measures it, then its floor when asked. Call from
+/// a multi-threaded tokio runtime: the runs are spread over its workers.
+pub async fn run(opts: &FanoutOptions) -> anyhow::Result<FanoutReport> {
+    let Prepared {
+        bench,
+        store,
+        label,
+        runtime,
+        limits,
+        concurrency,
+        recording,
+    } = prepare(opts, opts.floor).await?;
+    let before = store.writer_stats();
+    let events_before = store.count_events().await?;
+    let server0 = super::processes_cpu_seconds("postgres");
+
+    let cpu0 = super::cpu_seconds();
+    let writer0 = super::thread_times(crate::store::WRITER_THREAD);
+    let started = Instant::now();
+    let (mut latencies, failed, first_error) =
+        drive(&bench, &runtime, &limits, concurrency, opts.runs).await?;
     let wall = started.elapsed().as_secs_f64();
     let cpu_s = super::cpu_seconds() - cpu0;
     let writer = super::thread_times(crate::store::WRITER_THREAD) - writer0;
@@ -498,7 +512,6 @@ pub async fn run(opts: &FanoutOptions) -> anyhow::Result<FanoutReport> {
         StoreMode::Postgres(_) => super::processes_cpu_seconds("postgres") - server0,
         _ => 0.0,
     };
-    let failed = failed.load(Ordering::Relaxed);
     if let Some(e) = &first_error {
         tracing::warn!("{failed} runs did not complete; the first: {e}");
     }

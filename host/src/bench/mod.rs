@@ -4,6 +4,7 @@
 pub mod fanout;
 pub mod floor;
 pub mod serve;
+pub mod soak;
 
 /// The process's peak resident set size in bytes (`VmHWM`), when the OS
 /// reports it.

@@ -76,6 +76,35 @@ pub enum BenchCommand {
         #[arg(long)]
         no_fanout: bool,
     },
+    /// The retention soak: the fan-out's runs created and finished in
+    /// rounds on a durable SQLite file, the finished ones pruned after
+    /// each round but the last --keep-rounds, as `[retention]` does in
+    /// `keel serve`. Prints the store's size every --report-every runs,
+    /// to show that it levels off (with --no-prune: how it grows).
+    Soak {
+        #[arg(long, default_value_t = 100_000)]
+        runs: u64,
+        /// Runs created and finished between two prunes.
+        #[arg(long, default_value_t = 5_000)]
+        round: u64,
+        /// Runs kept in flight at once.
+        #[arg(long, default_value_t = 500)]
+        concurrency: u64,
+        /// Rounds of finished runs a prune keeps.
+        #[arg(long, default_value_t = 1)]
+        keep_rounds: u64,
+        /// Never prune: the same load, to compare the growth.
+        #[arg(long)]
+        no_prune: bool,
+        #[arg(long, default_value_t = 10_000)]
+        report_every: u64,
+        #[command(flatten)]
+        load: LoadArgs,
+        /// The store file to create (default: a fresh file in a temporary
+        /// directory, removed afterwards). Must not exist.
+        #[arg(long)]
+        db: Option<PathBuf>,
+    },
 }
 
 /// What both benches take: the model, the store, the plugins, the report.
@@ -178,6 +207,29 @@ pub async fn run(cmd: BenchCommand, store_url: Option<String>) -> anyhow::Result
             let report = fanout::run(&opts).await?;
             emit(&load, &report, report.human())?;
             Ok(done(report.failed, report.runs))
+        }
+        BenchCommand::Soak {
+            runs,
+            round,
+            concurrency,
+            keep_rounds,
+            no_prune,
+            report_every,
+            load,
+            db,
+        } => {
+            let tmp = tempdir()?;
+            let store = store_mode(&load, db, store_url, &tmp.0.join("soak.db"))?;
+            let opts = crate::bench::soak::SoakOptions {
+                fanout: fanout_options(&load, runs, concurrency, store)?,
+                round,
+                keep_rounds,
+                prune: !no_prune,
+                report_every,
+            };
+            let report = crate::bench::soak::run(&opts).await?;
+            emit(&load, &report, report.human())?;
+            Ok(done(report.failed, runs))
         }
         BenchCommand::Serve {
             runs,

@@ -132,20 +132,7 @@ pub async fn export(args: ExportArgs, store: Option<String>) -> anyhow::Result<i
     }
     let reader = store_reader(store).await?;
     let j = reader.journal(&args.run_id).await?;
-    // Written beside the target and renamed into place: a crash leaves no
-    // half export under the name asked for.
-    let tmp = args.out.with_extension("partial");
-    let write = || -> std::io::Result<()> {
-        let f = std::fs::File::create(&tmp)?;
-        let mut w = std::io::BufWriter::new(f);
-        export::write(&j, &mut w)?;
-        w.into_inner().map_err(|e| e.into_error())?.sync_all()?;
-        std::fs::rename(&tmp, &args.out)
-    };
-    if let Err(e) = write() {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(anyhow!(e).context(format!("writing {}", args.out.display())));
-    }
+    export::write_file(&j, &args.out).with_context(|| format!("writing {}", args.out.display()))?;
     eprintln!(
         "run {}: {} events, {} steps, {} approvals written to {} (head {})",
         j.run.id,

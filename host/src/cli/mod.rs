@@ -5,6 +5,7 @@ mod bench_cmd;
 mod journal_cmd;
 mod output;
 mod plugin_cmd;
+mod prune_cmd;
 mod run_cmd;
 mod serve_cmd;
 
@@ -212,6 +213,11 @@ pub enum Command {
     /// model calls) as JSON Lines, checkable with `keel verify --file`.
     #[command(after_help = EXIT_CODES)]
     Export(journal_cmd::ExportArgs),
+    /// Remove finished runs (completed, failed, cancelled) with everything
+    /// they own, optionally exporting each first; never a run that has not
+    /// finished. What remains still verifies.
+    #[command(after_help = prune_cmd::PRUNE_EXIT_CODES)]
+    Prune(prune_cmd::PruneArgs),
     /// Inspect, check and precompile plugin components.
     #[command(subcommand)]
     Plugin(plugin_cmd::PluginCommand),

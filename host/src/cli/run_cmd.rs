@@ -90,6 +90,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Plugin(cmd) => super::plugin_cmd::run(cmd).await,
         Command::Verify(args) => super::journal_cmd::verify(args, store_flag).await,
         Command::Export(args) => super::journal_cmd::export(args, store_flag).await,
+        Command::Prune(args) => super::prune_cmd::prune(args, store_flag).await,
         Command::Bench(cmd) => super::bench_cmd::run(cmd, store_flag).await,
     }
 }
@@ -145,6 +146,13 @@ pub(super) async fn store_reader(
 
 /// The operator's API on the store, for decisions and cancels.
 async fn writer(flag: Option<String>) -> anyhow::Result<Operator> {
+    Ok(Operator::writing(store_writer(flag).await?))
+}
+
+/// An existing store opened for writing (migrated if older).
+pub(super) async fn store_writer(
+    flag: Option<String>,
+) -> anyhow::Result<Arc<dyn crate::store::RunStore>> {
     let loc = location(flag, None);
     if let Location::File(p) = &loc {
         if !p.exists() {
@@ -155,8 +163,7 @@ async fn writer(flag: Option<String>) -> anyhow::Result<Operator> {
         create: false,
         ..OpenOptions::default()
     };
-    let store = opening(&loc, crate::store::open(&loc, opts).await)?;
-    Ok(Operator::writing(store))
+    opening(&loc, crate::store::open(&loc, opts).await)
 }
 
 /// The goal from `--goal` or `--goal-file` (`-`: standard input), at most

@@ -48,6 +48,10 @@ pub async fn serve(args: ServeArgs, store_flag: Option<String>) -> anyhow::Resul
         }
         opts.lease = std::time::Duration::from_millis(ms);
     }
+    if let Some(c) = &cfg {
+        opts.retention = crate::retention::Schedule::from_config(c)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", c.path.display()))?;
+    }
     if let Some(n) = args.max_runs.or(section.max_runs) {
         if n == 0 {
             bail!("--max-runs must be at least 1");
@@ -98,6 +102,13 @@ pub async fn serve(args: ServeArgs, store_flag: Option<String>) -> anyhow::Resul
         let _ = now_tx.send(());
     });
     tracing::info!(store = %loc, max_runs = opts.max_runs, listen = %bound, "serving");
+    if let Some(r) = &opts.retention {
+        tracing::info!(
+            keep_ms = r.keep.as_millis() as u64,
+            every_ms = r.every.as_millis() as u64,
+            "pruning runs that finished more than keep_ms ago, every every_ms"
+        );
+    }
     eprintln!(
         "keel serve: serving {loc} ({} runs at once); listening on http://{bound}; SIGTERM or SIGINT stops",
         opts.max_runs

@@ -31,6 +31,9 @@ pub struct Config {
     /// How `keel serve` serves, when started with this config.
     #[serde(default)]
     pub serve: ServeConfig,
+    /// What `keel serve` prunes, and how often (none without it).
+    #[serde(default)]
+    pub retention: Option<RetentionConfig>,
     /// Where the file was read from; relative paths are resolved against its folder.
     #[serde(skip)]
     pub path: PathBuf,
@@ -59,6 +62,27 @@ pub struct ServeConfig {
     /// How long a connection may take to send a request's headers, and
     /// stay idle between requests, in ms (default 10 000).
     pub header_timeout_ms: Option<u64>,
+}
+
+/// The `[retention]` section: `keel serve` removes finished runs older
+/// than `finished_before` every `every`, as `keel prune` would.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetentionConfig {
+    /// How long a run is kept after it finished: `30d`, `12h`, `90m`.
+    pub finished_before: String,
+    /// Only runs with these statuses (default: every finished status).
+    #[serde(default)]
+    pub status: Vec<crate::types::RunStatus>,
+    /// Export each run here (relative to this file) before removing it.
+    pub export_dir: Option<PathBuf>,
+    /// How often to prune (default `1h`; the first time is at start).
+    #[serde(default = "default_retention_every")]
+    pub every: String,
+}
+
+fn default_retention_every() -> String {
+    "1h".to_string()
 }
 
 fn default_store() -> String {

@@ -26,6 +26,8 @@ pub struct ServeOptions {
     /// A run's lease: how long after this server dies another takes its
     /// runs over (renewed every third of it while the server lives).
     pub lease: Duration,
+    /// Finished runs pruned on a schedule (`[retention]`), if any.
+    pub retention: Option<crate::retention::Schedule>,
 }
 
 impl Default for ServeOptions {
@@ -35,6 +37,7 @@ impl Default for ServeOptions {
             poll: Duration::from_millis(200),
             grace: Duration::from_secs(30),
             lease: Duration::from_secs(30),
+            retention: None,
         }
     }
 }

@@ -69,6 +69,10 @@ pub async fn run(
             hub: hub.clone(),
         },
     ));
+    let pruner = opts
+        .retention
+        .clone()
+        .map(|r| tokio::spawn(crate::retention::on_schedule(store.clone(), r)));
     let lease_ms = i64::try_from(opts.lease.as_millis()).unwrap_or(i64::MAX);
     let rt = Runtime::on(metered).with_lease_ttl_ms(lease_ms);
     let follower = tokio::spawn(hub.clone().follow(reader.clone(), FOLLOW_POLL));
@@ -113,5 +117,8 @@ pub async fn run(
         let _ = h.await;
     }
     follower.abort();
+    if let Some(p) = pruner {
+        p.abort();
+    }
     report
 }

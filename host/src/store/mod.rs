@@ -134,6 +134,79 @@ pub struct RunQuery {
     pub goal_contains: Option<String>,
 }
 
+/// Which finished runs retention may remove: runs whose status is one of
+/// `statuses` (terminal ones only) and that last changed before
+/// `before`, oldest first, after the run `after` (`(updated_at, id)` of the
+/// last one of the previous page), at most `limit`.
+///
+/// The run holding the store's newest event is never among them: SQLite
+/// numbers an event one above the largest number present, so deleting
+/// the newest event would hand its number out again, and a reader
+/// following the journal from that number would miss what comes next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finished {
+    pub before: i64,
+    pub statuses: Vec<RunStatus>,
+    pub after: Option<(i64, String)>,
+    pub limit: u32,
+}
+
+impl Finished {
+    /// Runs in `statuses` (every terminal status when empty) that
+    /// finished before `before`; refuses a status that is not terminal.
+    pub fn new(before: i64, statuses: &[RunStatus], limit: u32) -> Result<Finished, StoreError> {
+        if let Some(s) = statuses.iter().find(|s| !s.is_terminal()) {
+            return Err(StoreError::Refused(format!(
+                "a run that is {s} has not finished: only completed, failed and cancelled runs can be pruned"
+            )));
+        }
+        let mut statuses = if statuses.is_empty() {
+            vec![
+                RunStatus::Completed,
+                RunStatus::Failed,
+                RunStatus::Cancelled,
+            ]
+        } else {
+            statuses.to_vec()
+        };
+        statuses.sort_by_key(|s| s.as_str());
+        statuses.dedup();
+        Ok(Finished {
+            before,
+            statuses,
+            after: None,
+            limit: limit.max(1),
+        })
+    }
+
+    /// The statuses' spellings, terminal ones only (the engines bind them
+    /// as the `$STATUSES` of [`FINISHED_SQL`]).
+    pub fn status_names(&self) -> Vec<&'static str> {
+        self.statuses
+            .iter()
+            .filter(|s| s.is_terminal())
+            .map(|s| s.as_str())
+            .collect()
+    }
+}
+
+/// [`Finished`] as a SQL condition over a `runs` row: `$STATUSES` is a
+/// subquery yielding the statuses, `$BEFORE` the time (each engine
+/// substitutes its own). A run that has not finished never qualifies,
+/// whatever the statuses say.
+pub const FINISHED_SQL: &str = "runs.status IN ('completed', 'failed', 'cancelled')
+  AND runs.status IN $STATUSES AND runs.updated_at < $BEFORE
+  AND NOT EXISTS (SELECT 1 FROM events e WHERE e.run_id = runs.id
+                    AND e.seq = (SELECT max(seq) FROM events))";
+
+/// A finished run to delete, as it was read: it is deleted only if its
+/// journal still has `chain_len` events (what an export wrote).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Doomed {
+    pub id: String,
+    pub chain_len: u64,
+}
+
 /// Operators' reads of a store: runs, their steps, approvals, journal and
 /// model calls. Read-only handles implement only this.
 #[async_trait::async_trait]
@@ -175,6 +248,8 @@ pub trait RunReader: Send + std::marker::Sync {
     /// The run's rows as stored, read in one snapshot ([`Journal`]), or
     /// [`StoreError::RunNotFound`].
     async fn journal(&self, run_id: &str) -> Result<Journal, StoreError>;
+    /// Finished runs retention may remove ([`Finished`]).
+    async fn finished_runs(&self, q: &Finished) -> Result<Vec<Run>, StoreError>;
 
     /// The newest runs first, at most `limit`, with `status` if given.
     async fn list_runs(
@@ -231,6 +306,11 @@ pub trait RunStore: RunReader {
     /// handed to two claimers. A run for which `rule` refuses is skipped.
     /// PostgreSQL passes over rows another claimer holds locked.
     async fn claim(&self, now: i64, limit: u32, rule: ClaimRule) -> Result<Vec<Run>, StoreError>;
+    /// Deletes each of `runs` with everything it owns (steps, approvals,
+    /// events, model calls), in one transaction, if it is still one of the
+    /// runs `q` selects and its journal is still as long as it was read.
+    /// Returns the ids deleted; a run that no longer qualifies is left.
+    async fn delete_runs(&self, runs: &[Doomed], q: &Finished) -> Result<Vec<String>, StoreError>;
     /// What the store's writer has done so far (group commit).
     fn writer_stats(&self) -> WriterStats {
         WriterStats::default()

@@ -74,6 +74,9 @@ impl<O: CommitObserver> RunReader for Observed<O> {
     async fn journal(&self, run_id: &str) -> Result<crate::store::Journal, StoreError> {
         self.inner.journal(run_id).await
     }
+    async fn finished_runs(&self, q: &crate::store::Finished) -> Result<Vec<Run>, StoreError> {
+        self.inner.finished_runs(q).await
+    }
     async fn events_after(
         &self,
         run_id: Option<&str>,
@@ -140,6 +143,13 @@ impl<O: CommitObserver> RunStore for Observed<O> {
             self.observer.claimed(&runs);
         }
         Ok(runs)
+    }
+    async fn delete_runs(
+        &self,
+        runs: &[crate::store::Doomed],
+        q: &crate::store::Finished,
+    ) -> Result<Vec<String>, StoreError> {
+        self.inner.delete_runs(runs, q).await
     }
     fn writer_stats(&self) -> WriterStats {
         self.inner.writer_stats()

@@ -51,6 +51,32 @@ static LIST_RUNS: LazyLock<String> = LazyLock::new(|| {
         rows::RUN_COLUMNS
     )
 });
+/// [`super::FINISHED_SQL`] with the statuses as a `text[]` at `$1` and
+/// the time at `$2`.
+static FINISHED: LazyLock<String> = LazyLock::new(|| {
+    super::FINISHED_SQL
+        .replace("$STATUSES", "(SELECT unnest($1::text[]))")
+        .replace("$BEFORE", "$2")
+});
+static FINISHED_RUNS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT {} FROM runs WHERE {}
+           AND ($3::bigint IS NULL OR (runs.updated_at, runs.id) > ($3, $4::text))
+         ORDER BY runs.updated_at, runs.id LIMIT $5",
+        rows::RUN_COLUMNS,
+        FINISHED.as_str()
+    )
+});
+/// The runs of a prune that still qualify, locked until its deletes commit.
+static DOOMED: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT runs.id FROM runs
+           JOIN unnest($3::text[], $4::bigint[]) AS d(id, len)
+             ON runs.id = d.id AND runs.chain_len = d.len
+         WHERE {} FOR UPDATE OF runs",
+        FINISHED.as_str()
+    )
+});
 static STEPS: LazyLock<String> = LazyLock::new(|| {
     format!(
         "SELECT {} FROM steps WHERE run_id = $1 ORDER BY idx",
@@ -365,6 +391,20 @@ impl RunReader for PgStore {
         let rows = c.query(MODEL_CALLS, &[&run_id]).await?;
         rows.iter().map(read_model_call).collect()
     }
+    async fn finished_runs(&self, q: &super::Finished) -> Result<Vec<Run>, StoreError> {
+        let c = self.inner.pool.get().await?;
+        let (at, id) = match &q.after {
+            Some((at, id)) => (Some(*at), Some(id.as_str())),
+            None => (None, None),
+        };
+        let rows = c
+            .query(
+                FINISHED_RUNS.as_str(),
+                &[&q.status_names(), &q.before, &at, &id, &i64::from(q.limit)],
+            )
+            .await?;
+        rows.iter().map(read_run).collect()
+    }
     async fn journal(&self, run_id: &str) -> Result<super::Journal, StoreError> {
         let c = self.inner.pool.get().await?;
         // One snapshot for every read, so that the run row's chain and
@@ -488,6 +528,28 @@ impl RunStore for PgStore {
             }
         }
     }
+    async fn delete_runs(
+        &self,
+        runs: &[super::Doomed],
+        q: &super::Finished,
+    ) -> Result<Vec<String>, StoreError> {
+        if self.inner.writer.is_none() {
+            return Err(StoreError::ReadOnly);
+        }
+        let c = self.inner.pool.get().await?;
+        c.batch("BEGIN").await?;
+        let done = delete_locked(&c, runs, q).await;
+        match done {
+            Ok(ids) => {
+                c.batch("COMMIT").await?;
+                Ok(ids)
+            }
+            Err(e) => {
+                let _ = c.batch("ROLLBACK").await;
+                Err(e)
+            }
+        }
+    }
     fn writer_stats(&self) -> WriterStats {
         let c = &self.inner.counters;
         WriterStats {
@@ -497,6 +559,41 @@ impl RunStore for PgStore {
             busy: std::time::Duration::from_nanos(c.busy_ns.load(Ordering::Relaxed)),
         }
     }
+}
+
+/// Inside a prune's transaction: lock the runs that still qualify, then
+/// delete what each owns and the run itself.
+async fn delete_locked(
+    c: &Conn,
+    runs: &[super::Doomed],
+    q: &super::Finished,
+) -> Result<Vec<String>, StoreError> {
+    let ids: Vec<&str> = runs.iter().map(|d| d.id.as_str()).collect();
+    let lens: Vec<i64> = runs.iter().map(|d| d.chain_len as i64).collect();
+    let rows = c
+        .query(
+            DOOMED.as_str(),
+            &[&q.status_names(), &q.before, &ids, &lens],
+        )
+        .await?;
+    let doomed = rows
+        .iter()
+        .map(|r| r.try_get::<_, String>(0))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| StoreError::BadRow(e.to_string()))?;
+    if doomed.is_empty() {
+        return Ok(doomed);
+    }
+    for sql in [
+        "DELETE FROM events WHERE run_id = ANY($1)",
+        "DELETE FROM model_calls WHERE run_id = ANY($1)",
+        "DELETE FROM approvals WHERE run_id = ANY($1)",
+        "DELETE FROM steps WHERE run_id = ANY($1)",
+        "DELETE FROM runs WHERE id = ANY($1)",
+    ] {
+        c.execute(sql, &[&doomed]).await?;
+    }
+    Ok(doomed)
 }
 
 /// Inside the claim's transaction: lock the runs that need a driver

@@ -631,6 +631,73 @@ impl Store {
         Ok(n as u64)
     }
 
+    /// Finished runs retention may remove ([`crate::store::Finished`]).
+    pub fn finished_runs(&self, q: &crate::store::Finished) -> Result<Vec<Run>, StoreError> {
+        let sql = format!(
+            "SELECT {RUN_COLUMNS} FROM runs WHERE {}
+               AND (?3 IS NULL OR (runs.updated_at, runs.id) > (?3, ?4))
+             ORDER BY runs.updated_at, runs.id LIMIT ?5",
+            finished_sql("?1", "?2")
+        );
+        let mut stmt = self.conn.prepare_cached(&sql)?;
+        let (at, id) = match &q.after {
+            Some((at, id)) => (Some(*at), Some(id.as_str())),
+            None => (None, None),
+        };
+        let statuses = serde_json::to_string(&q.status_names()).unwrap_or_default();
+        let mut rows = stmt.query(params![statuses, q.before, at, id, q.limit])?;
+        let mut out = Vec::new();
+        while let Some(r) = rows.next()? {
+            out.push(read_run(r)?);
+        }
+        Ok(out)
+    }
+
+    /// Deletes finished runs with everything they own, in one transaction
+    /// ([`crate::store::RunStore::delete_runs`]).
+    pub fn delete_runs(
+        &mut self,
+        runs: &[crate::store::Doomed],
+        q: &crate::store::Finished,
+    ) -> Result<Vec<String>, StoreError> {
+        self.writable()?;
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut deleted = Vec::new();
+        {
+            let check = format!(
+                "SELECT 1 FROM runs WHERE runs.id = ?3 AND runs.chain_len = ?4 AND {}",
+                finished_sql("?1", "?2")
+            );
+            let mut check = tx.prepare_cached(&check)?;
+            let statuses = serde_json::to_string(&q.status_names()).unwrap_or_default();
+            for d in runs {
+                let found = check
+                    .query_row(
+                        params![statuses, q.before, d.id, d.chain_len as i64],
+                        |_| Ok(()),
+                    )
+                    .optional()?;
+                if found.is_none() {
+                    continue;
+                }
+                for sql in [
+                    "DELETE FROM events WHERE run_id = ?1",
+                    "DELETE FROM model_calls WHERE run_id = ?1",
+                    "DELETE FROM approvals WHERE run_id = ?1",
+                    "DELETE FROM steps WHERE run_id = ?1",
+                    "DELETE FROM runs WHERE id = ?1",
+                ] {
+                    tx.prepare_cached(sql)?.execute([&d.id])?;
+                }
+                deleted.push(d.id.clone());
+            }
+        }
+        tx.commit()?;
+        Ok(deleted)
+    }
+
     /// Claims up to `limit` runs that need a driver, committing `rule`'s
     /// transition for each in one transaction (see
     /// [`crate::store::RunStore::claim`]); SQLite's write lock keeps other
@@ -846,4 +913,15 @@ fn classify_open(path: &str, e: rusqlite::Error) -> StoreError {
         }
     }
     StoreError::from(e)
+}
+
+/// [`crate::store::FINISHED_SQL`] with SQLite's placeholders: the statuses
+/// bound as a JSON array at `statuses`, the time at `before`.
+fn finished_sql(statuses: &str, before: &str) -> String {
+    crate::store::FINISHED_SQL
+        .replace(
+            "$STATUSES",
+            &format!("(SELECT value FROM json_each({statuses}))"),
+        )
+        .replace("$BEFORE", before)
 }

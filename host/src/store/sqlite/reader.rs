@@ -90,4 +90,8 @@ impl RunReader for ReadOnlyStore {
         let id = run_id.to_string();
         self.read(move |s| s.journal(&id)).await
     }
+    async fn finished_runs(&self, q: &crate::store::Finished) -> Result<Vec<Run>, StoreError> {
+        let q = q.clone();
+        self.read(move |s| s.finished_runs(&q)).await
+    }
 }

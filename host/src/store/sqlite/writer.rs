@@ -288,6 +288,10 @@ impl crate::store::RunReader for StoreHandle {
         let id = run_id.to_string();
         self.with(move |s| s.journal(&id)).await?
     }
+    async fn finished_runs(&self, q: &crate::store::Finished) -> Result<Vec<Run>, StoreError> {
+        let q = q.clone();
+        self.with(move |s| s.finished_runs(&q)).await?
+    }
     async fn events_after(
         &self,
         run_id: Option<&str>,
@@ -345,6 +349,14 @@ impl crate::store::RunStore for StoreHandle {
         rule: crate::store::ClaimRule,
     ) -> Result<Vec<Run>, StoreError> {
         self.with(move |s| s.claim(now, limit, &rule)).await?
+    }
+    async fn delete_runs(
+        &self,
+        runs: &[crate::store::Doomed],
+        q: &crate::store::Finished,
+    ) -> Result<Vec<String>, StoreError> {
+        let (runs, q) = (runs.to_vec(), q.clone());
+        self.with(move |s| s.delete_runs(&runs, &q)).await?
     }
     fn writer_stats(&self) -> WriterStats {
         self.stats()
