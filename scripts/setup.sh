@@ -7,9 +7,9 @@
 #
 # With --test it also installs what the test suite runs against:
 # Debian's Chromium and ChromeDriver for the page, and LiteLLM's proxy
-# in a virtualenv of its own in the user's cache (shared by every
-# checkout, keyed by its pinned requirements), linked as
-# target/tools/litellm.
+# and Arize Phoenix (the OTLP receiver) each in a virtualenv of its own in
+# the user's cache (shared by every checkout, keyed by its pinned
+# requirements), linked as target/tools/litellm and target/tools/phoenix.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -93,3 +93,16 @@ if [ ! -f "$venv/.keel-complete" ]; then
 fi
 mkdir -p target/tools
 ln -sfn "$venv/bin/litellm" target/tools/litellm
+
+# Arize Phoenix, the OTLP receiver of the telemetry test, the same way.
+req=scripts/requirements-phoenix.txt
+key=$(sha256sum "$req" | cut -c1-12)
+venv="${XDG_CACHE_HOME:-$HOME/.cache}/keel/phoenix-$key"
+if [ ! -f "$venv/.keel-complete" ]; then
+  say "installing Arize Phoenix into $venv (about three minutes)"
+  rm -rf "$venv"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check -r "$req"
+  touch "$venv/.keel-complete"
+fi
+ln -sfn "$venv/bin/phoenix" target/tools/phoenix

@@ -93,6 +93,10 @@ pub enum ConsumerError {
 #[async_trait]
 pub trait Agent: Send {
     async fn decide(&mut self, view: RunView<'_>) -> Result<Decision, ConsumerError>;
+    /// What traces call it (`gen_ai.agent.name`): a plugin's name.
+    fn name(&self) -> &str {
+        "agent"
+    }
 }
 
 /// Judges every valid tool call before it runs.
@@ -104,6 +108,10 @@ pub trait Policy: Send {
         effect: Effect,
         view: RunView<'_>,
     ) -> Result<Verdict, ConsumerError>;
+    /// What traces call it: a plugin's name.
+    fn name(&self) -> &str {
+        "policy"
+    }
 }
 
 /// A tool's failure, shown to the agent as a `tool_error` observation.

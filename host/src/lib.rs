@@ -21,6 +21,7 @@ pub mod render;
 pub mod retention;
 pub mod serve;
 pub mod store;
+pub mod telemetry;
 pub mod tools;
 pub mod types;
 pub mod wasm;

@@ -241,6 +241,8 @@ fn exit_for(o: &Outcome) -> i32 {
 }
 
 async fn runtime(cfg: &Config, store_flag: Option<String>, json: bool) -> anyhow::Result<Runtime> {
+    // A bad [telemetry] is refused before the store is made.
+    let telemetry = telemetry(cfg)?;
     let loc = location(store_flag, Some(cfg));
     if let Location::File(path) = &loc {
         if let Some(dir) = path.parent() {
@@ -251,7 +253,29 @@ async fn runtime(cfg: &Config, store_flag: Option<String>, json: bool) -> anyhow
         }
     }
     let store = opening(&loc, crate::store::open(&loc, OpenOptions::default()).await)?;
-    Ok(Runtime::on(store).with_observer(Arc::new(move |e| print_event(e, json))))
+    let rt = Runtime::on(store).with_observer(Arc::new(move |e| print_event(e, json)));
+    Ok(match telemetry {
+        Some(t) => rt.with_telemetry(t),
+        None => rt,
+    })
+}
+
+/// The config's (or the environment's) exporter, if it names a collector.
+pub(super) fn telemetry(cfg: &Config) -> anyhow::Result<Option<Arc<crate::telemetry::Telemetry>>> {
+    let t = crate::telemetry::Telemetry::from_config(cfg.telemetry.as_ref())
+        .with_context(|| format!("{}", cfg.path.display()))?;
+    if let Some(t) = &t {
+        tracing::info!(endpoint = t.endpoint(), "exporting traces");
+    }
+    Ok(t.map(Arc::new))
+}
+
+/// Sends the spans still queued (bounded: a dead collector costs at most
+/// the flush timeout at exit).
+async fn flush(rt: &Runtime) {
+    if let Some(t) = rt.telemetry.clone() {
+        let _ = tokio::task::spawn_blocking(move || t.shutdown()).await;
+    }
 }
 
 async fn run(
@@ -270,7 +294,9 @@ async fn run(
     let consumers = asm.consumers().await?;
     let abs = std::fs::canonicalize(config).unwrap_or_else(|_| config.to_path_buf());
     let meta = serde_json::json!({ "config": abs.display().to_string() }).to_string();
-    let out = rt.start(goal, cfg.limits.clone(), &meta, consumers).await?;
+    let out = rt.start(goal, cfg.limits.clone(), &meta, consumers).await;
+    flush(&rt).await;
+    let out = out?;
     print_outcome(&out, json);
     Ok(exit_for(&out))
 }
@@ -332,9 +358,11 @@ async fn resume(
     let rt = runtime(&cfg, store_flag, json).await?;
     let consumers = asm.consumers().await?;
     let out = match &take_over {
-        Some(by) => rt.resume_taking_over(run_id, consumers, by).await?,
-        None => rt.resume(run_id, consumers).await?,
+        Some(by) => rt.resume_taking_over(run_id, consumers, by).await,
+        None => rt.resume(run_id, consumers).await,
     };
+    flush(&rt).await;
+    let out = out?;
     print_outcome(&out, json);
     Ok(exit_for(&out))
 }

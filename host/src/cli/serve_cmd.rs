@@ -49,6 +49,7 @@ pub async fn serve(args: ServeArgs, store_flag: Option<String>) -> anyhow::Resul
         opts.lease = std::time::Duration::from_millis(ms);
     }
     if let Some(c) = &cfg {
+        opts.telemetry = super::run_cmd::telemetry(c)?;
         opts.retention = crate::retention::Schedule::from_config(c)
             .map_err(|e| anyhow::anyhow!("{}: {e}", c.path.display()))?;
     }

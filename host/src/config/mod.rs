@@ -34,6 +34,9 @@ pub struct Config {
     /// What `keel serve` prunes, and how often (none without it).
     #[serde(default)]
     pub retention: Option<RetentionConfig>,
+    /// Where runs' traces go (OpenTelemetry over OTLP/HTTP), if anywhere.
+    #[serde(default)]
+    pub telemetry: Option<crate::telemetry::TelemetryConfig>,
     /// Where the file was read from; relative paths are resolved against its folder.
     #[serde(skip)]
     pub path: PathBuf,

@@ -37,6 +37,8 @@ pub struct Runtime {
     pub(crate) crash_at: Option<String>,
     /// Set by [`Runtime::stop_at_next_step`]; shared by the clones.
     pub(crate) stopping: Arc<std::sync::atomic::AtomicBool>,
+    /// Where runs' spans go, if anywhere.
+    pub(crate) telemetry: Option<Arc<crate::telemetry::Telemetry>>,
 }
 
 /// The consumers of one run. They serve this run only.
@@ -109,6 +111,7 @@ impl Runtime {
             reload_each_step: false,
             crash_at: std::env::var("KEEL_TEST_CRASH_AT").ok(),
             stopping: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            telemetry: None,
         }
     }
 
@@ -138,6 +141,12 @@ impl Runtime {
     /// Lease length; the loop renews it every third of this.
     pub fn with_lease_ttl_ms(mut self, ttl: i64) -> Self {
         self.lease_ttl_ms = ttl.max(3);
+        self
+    }
+
+    /// Traces every run this runtime drives ([`crate::telemetry`]).
+    pub fn with_telemetry(mut self, t: Arc<crate::telemetry::Telemetry>) -> Self {
+        self.telemetry = Some(t);
         self
     }
 

@@ -32,6 +32,8 @@ struct Loop<'r> {
     /// the step's index and its events. The next commit writes them, with
     /// the step's row as it then is.
     held: Option<(u32, Vec<NewEvent>)>,
+    /// The run's trace, when the runtime has telemetry.
+    trace: Option<crate::telemetry::RunTrace>,
 }
 
 /// Renews the lease every third of its TTL while the loop runs.
@@ -85,7 +87,10 @@ fn new_run(
     }
     let now = rt.clock.now_ms();
     let mut run = Run::new(&rt.ids.next("run"), goal, limits, now);
-    run.meta = meta.to_string();
+    run.meta = match rt.telemetry {
+        Some(_) => crate::telemetry::meta_with_trace(meta, &run.id),
+        None => meta.to_string(),
+    };
     if let Some(owner) = owner {
         run.lease_owner = Some(owner.to_string());
         run.lease_expires = Some(now + rt.lease_ttl_ms);
@@ -140,7 +145,9 @@ pub(super) async fn start(
         approvals: vec![],
         c,
         held: None,
+        trace: None,
     };
+    lp.trace_on();
     lp.notify(&committed.events);
     lp.maybe_crash(&crash_points);
     let _hb = heartbeat(rt, &lp.run.id, &lp.owner);
@@ -204,7 +211,9 @@ pub(super) async fn resume(
         approvals,
         c,
         held: None,
+        trace: None,
     };
+    lp.trace_on();
     let _hb = heartbeat(rt, &lp.run.id, &lp.owner);
     let flow = match lp.recover().await {
         Ok(true) => lp.drive().await,
@@ -215,11 +224,26 @@ pub(super) async fn resume(
 }
 
 impl<'r> Loop<'r> {
+    /// Starts tracing the run, if the runtime has telemetry: the model
+    /// gate's calls too.
+    fn trace_on(&mut self) {
+        if let Some(t) = &self.rt.telemetry {
+            let trace = t.run(&self.run, self.c.agent.name());
+            self.c.model.trace(trace.clone());
+            self.trace = Some(trace);
+        }
+    }
+
     async fn finish(&mut self, flow: Flow<Outcome>) -> Result<Outcome, DriverError> {
         let result = match flow {
             Ok(o) | Err(Halt::Outcome(o)) => Ok(o),
             Err(Halt::Error(e)) => Err(e),
         };
+        if let (Some(t), Ok(o)) = (&self.trace, &result) {
+            if o.run.status.is_terminal() {
+                t.end_run(&o.run);
+            }
+        }
         // Whatever happened, give the lease back if we may still hold it (a
         // pause or the run's end already gave it back in its transition).
         if self.run.lease_owner.as_deref() == Some(self.owner.as_str()) {
@@ -612,6 +636,15 @@ impl<'r> Loop<'r> {
         };
         let now = self.now();
         let step = self.steps[i as usize].clone();
+        if let Some(t) = &self.trace {
+            let expired =
+                a.status == ApprovalStatus::Pending && a.expires_at.is_some_and(|e| e <= now);
+            if expired {
+                t.approval_wait(&a, ApprovalStatus::Expired.as_str(), now);
+            } else if a.status != ApprovalStatus::Pending {
+                t.approval_wait(&a, a.status.as_str(), now);
+            }
+        }
         match a.status {
             ApprovalStatus::Pending if a.expires_at.is_some_and(|e| e <= now) => {
                 let mut a2 = a.clone();
@@ -837,8 +870,29 @@ impl<'r> Loop<'r> {
                 steps: &self.steps[..i as usize],
                 approvals: &self.approvals,
             };
+            let started = std::time::SystemTime::now();
             let fut = self.c.agent.decide(view);
-            wait(self.rt, &self.run.id, remaining, true, fut).await
+            let w = wait(self.rt, &self.run.id, remaining, true, fut).await;
+            if let Some(t) = &self.trace {
+                let (attrs, error) = match &w {
+                    Waited::Done(Ok(d)) => (vec![decision_attr(d)], None),
+                    Waited::Done(Err(e)) => (vec![], Some(e.to_string())),
+                    Waited::Deadline => (vec![], Some("the run's deadline passed".to_string())),
+                    Waited::Cancelled(_) => (vec![], Some("the run was cancelled".to_string())),
+                };
+                let name = self.c.agent.name();
+                t.plugin_call(
+                    "decide",
+                    "agent",
+                    name,
+                    i,
+                    started,
+                    attrs,
+                    vec![],
+                    error.as_deref(),
+                );
+            }
+            w
         };
         let decided = match decided {
             Waited::Done(r) => Some(r),
@@ -1053,7 +1107,40 @@ impl<'r> Loop<'r> {
                 steps: &self.steps[..i as usize],
                 approvals: &self.approvals,
             };
-            self.c.policy.evaluate(&call, effect, view).await
+            let started = std::time::SystemTime::now();
+            let v = self.c.policy.evaluate(&call, effect, view).await;
+            if let Some(t) = &self.trace {
+                let (verdict, reason, error) = match &v {
+                    Ok(Verdict::Allow) => ("allow", "", None),
+                    Ok(Verdict::Deny(r)) => ("deny", r.as_str(), None),
+                    Ok(Verdict::RequireApproval(r)) => {
+                        ("require_approval", r.reason.as_str(), None)
+                    }
+                    Ok(Verdict::Abort(r)) => ("abort", r.as_str(), None),
+                    Err(e) => ("error", "", Some(e.to_string())),
+                };
+                let mut ev = vec![
+                    opentelemetry::KeyValue::new("keel.policy.verdict", verdict),
+                    opentelemetry::KeyValue::new("gen_ai.tool.name", call.tool.clone()),
+                ];
+                if !reason.is_empty() {
+                    ev.push(opentelemetry::KeyValue::new(
+                        "keel.policy.reason",
+                        reason.to_string(),
+                    ));
+                }
+                t.plugin_call(
+                    "evaluate",
+                    "policy",
+                    self.c.policy.name(),
+                    i,
+                    started,
+                    vec![opentelemetry::KeyValue::new("keel.policy.verdict", verdict)],
+                    vec![("policy.verdict", ev)],
+                    error.as_deref(),
+                );
+            }
+            v
         };
         let verdict = match verdict {
             Ok(Verdict::RequireApproval(r))
@@ -1177,6 +1264,7 @@ impl<'r> Loop<'r> {
             .call
             .as_ref()
             .ok_or_else(|| DriverError::Invalid(format!("step {i} has no call")))?;
+        let started = std::time::SystemTime::now();
         let result = {
             let tools = &self.c.tools;
             // A native tool that panics fails only its call. It runs here,
@@ -1197,6 +1285,10 @@ impl<'r> Loop<'r> {
                 ))),
             }
         };
+        if let Some(t) = &self.trace {
+            let e = result.as_ref().err().map(|e| e.to_string());
+            t.tool_call(&call.tool, i, started, e.as_deref());
+        }
         if let Some(spec) = &self.rt.crash_at {
             if spec == "tool.ran" {
                 std::process::abort();
@@ -1472,4 +1564,15 @@ async fn wait<F: std::future::Future>(
             poll_at = Some(Instant::now() + Duration::from_millis(500));
         }
     }
+}
+
+/// What an agent decided, as a span attribute.
+fn decision_attr(d: &Decision) -> opentelemetry::KeyValue {
+    let kind = match d {
+        Decision::Call(_) => "call",
+        Decision::Complete(_) => "complete",
+        Decision::Fail(_) => "fail",
+        Decision::Invalid(_) => "invalid",
+    };
+    opentelemetry::KeyValue::new("keel.decision", kind)
 }

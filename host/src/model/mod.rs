@@ -107,6 +107,10 @@ pub struct Attempt {
 pub trait ModelProvider: Send + Sync {
     /// Short name stored with each call (`stub`, `openai`, `replay`).
     fn name(&self) -> &str;
+    /// The model asked for (`gen_ai.request.model` in traces).
+    fn model(&self) -> &str {
+        self.name()
+    }
     /// How the gate retries this provider's transient errors.
     fn retry_policy(&self) -> RetryPolicy {
         RetryPolicy::NONE
@@ -127,6 +131,8 @@ pub trait ModelProvider: Send + Sync {
 pub struct ModelGate {
     provider: Arc<dyn ModelProvider>,
     state: Mutex<GateState>,
+    /// The run's trace, when telemetry is on: each attempt becomes a span.
+    trace: std::sync::OnceLock<crate::telemetry::RunTrace>,
 }
 
 #[derive(Debug, Default)]
@@ -172,6 +178,7 @@ impl ModelGate {
         ModelGate {
             provider,
             state: Mutex::new(GateState::default()),
+            trace: std::sync::OnceLock::new(),
         }
     }
 
@@ -187,6 +194,11 @@ impl ModelGate {
         s.limit_hit = None;
         s.refused = 0;
         s.outage = None;
+    }
+
+    /// Records each attempt from now on as a span of `trace` (once per run).
+    pub fn trace(&self, trace: crate::telemetry::RunTrace) {
+        let _ = self.trace.set(trace);
     }
 
     /// Takes the outage the step's calls ran into, if any (see
@@ -297,12 +309,40 @@ impl ModelGate {
             s.calls += 1;
         }
         let started = Instant::now();
+        let wall = std::time::SystemTime::now();
         let Attempt {
             result,
             retry_after,
             timed_out,
         } = self.provider.attempt(request).await;
         let latency_ms = started.elapsed().as_millis() as u64;
+        if let Some(t) = self.trace.get() {
+            let end = wall + started.elapsed();
+            let step = self.lock().step;
+            let p = &*self.provider;
+            match &result {
+                Ok(r) => t.model_call(
+                    p.name(),
+                    p.model(),
+                    wall,
+                    end,
+                    r.prompt_tokens,
+                    r.completion_tokens,
+                    step,
+                    None,
+                ),
+                Err(e) => t.model_call(
+                    p.name(),
+                    p.model(),
+                    wall,
+                    end,
+                    0,
+                    0,
+                    step,
+                    Some(&describe(e)),
+                ),
+            }
+        }
         let mut s = self.lock();
         let step = s.step;
         let record = match &result {

@@ -89,6 +89,10 @@ impl ModelProvider for OpenAiProvider {
         "openai"
     }
 
+    fn model(&self) -> &str {
+        &self.settings.model
+    }
+
     fn retry_policy(&self) -> RetryPolicy {
         RetryPolicy {
             max_retries: self.settings.max_retries,

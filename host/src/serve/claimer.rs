@@ -28,6 +28,8 @@ pub struct ServeOptions {
     pub lease: Duration,
     /// Finished runs pruned on a schedule (`[retention]`), if any.
     pub retention: Option<crate::retention::Schedule>,
+    /// Where runs' traces go, if anywhere.
+    pub telemetry: Option<Arc<crate::telemetry::Telemetry>>,
 }
 
 impl Default for ServeOptions {
@@ -38,6 +40,7 @@ impl Default for ServeOptions {
             grace: Duration::from_secs(30),
             lease: Duration::from_secs(30),
             retention: None,
+            telemetry: None,
         }
     }
 }

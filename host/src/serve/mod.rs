@@ -74,7 +74,12 @@ pub async fn run(
         .clone()
         .map(|r| tokio::spawn(crate::retention::on_schedule(store.clone(), r)));
     let lease_ms = i64::try_from(opts.lease.as_millis()).unwrap_or(i64::MAX);
+    let telemetry = opts.telemetry.clone();
     let rt = Runtime::on(metered).with_lease_ttl_ms(lease_ms);
+    let rt = match &telemetry {
+        Some(t) => rt.with_telemetry(t.clone()),
+        None => rt,
+    };
     let follower = tokio::spawn(hub.clone().follow(reader.clone(), FOLLOW_POLL));
     let work = Arc::new(tokio::sync::Notify::new());
     let (closing, closed) = tokio::sync::watch::channel(false);
@@ -119,6 +124,9 @@ pub async fn run(
     follower.abort();
     if let Some(p) = pruner {
         p.abort();
+    }
+    if let Some(t) = telemetry {
+        let _ = tokio::task::spawn_blocking(move || t.shutdown()).await;
     }
     report
 }

@@ -220,6 +220,10 @@ impl WasmAgent {
 
 #[async_trait]
 impl Agent for WasmAgent {
+    fn name(&self) -> &str {
+        plugin_stem(&self.store.data().plugin)
+    }
+
     async fn decide(&mut self, view: RunView<'_>) -> Result<Decision, ConsumerError> {
         if let Some(e) = &self.dead {
             return Err(e.clone());
@@ -378,6 +382,10 @@ impl WasmPolicy {
 
 #[async_trait]
 impl Policy for WasmPolicy {
+    fn name(&self) -> &str {
+        plugin_stem(&self.store.data().plugin)
+    }
+
     async fn evaluate(
         &mut self,
         call: &ToolCall,
@@ -613,4 +621,13 @@ impl ToolProvider for WasmTools {
         })?;
         Self::call_on(&mut store, &bindings, name, arguments).await
     }
+}
+
+/// A plugin's name as traces show it: its file's stem
+/// (`agent-llm-rust` for `target/plugins/agent-llm-rust.wasm`).
+fn plugin_stem(plugin: &str) -> &str {
+    std::path::Path::new(plugin)
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or(plugin)
 }
