@@ -78,31 +78,22 @@ fi
 # The operators' page is tested in Debian's Chromium through its WebDriver.
 apt_install chromium chromium-driver
 
-# LiteLLM's proxy: a virtualenv per version of its pinned requirements.
-req=scripts/requirements-litellm.txt
-key=$(sha256sum "$req" | cut -c1-12)
-venv="${XDG_CACHE_HOME:-$HOME/.cache}/keel/litellm-$key"
-# The stamp is written last: a venv without it is half-installed (an
-# interrupted run) and is built again.
-if [ ! -f "$venv/.keel-complete" ]; then
-  say "installing LiteLLM's proxy into $venv (about two minutes)"
-  rm -rf "$venv"
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install -q --disable-pip-version-check -r "$req"
-  touch "$venv/.keel-complete"
-fi
-mkdir -p target/tools
-ln -sfn "$venv/bin/litellm" target/tools/litellm
-
-# Arize Phoenix, the OTLP receiver of the telemetry test, the same way.
-req=scripts/requirements-phoenix.txt
-key=$(sha256sum "$req" | cut -c1-12)
-venv="${XDG_CACHE_HOME:-$HOME/.cache}/keel/phoenix-$key"
-if [ ! -f "$venv/.keel-complete" ]; then
-  say "installing Arize Phoenix into $venv (about three minutes)"
-  rm -rf "$venv"
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install -q --disable-pip-version-check -r "$req"
-  touch "$venv/.keel-complete"
-fi
-ln -sfn "$venv/bin/phoenix" target/tools/phoenix
+# A Python tool in a virtualenv per version of its pinned requirements,
+# linked as target/tools/NAME. The stamp is written last: a venv without
+# it is half-installed (an interrupted run) and is built again.
+venv_tool() { # NAME REQUIREMENTS WHAT MINUTES
+  local req=$2 key venv
+  key=$(sha256sum "$req" | cut -c1-12)
+  venv="${XDG_CACHE_HOME:-$HOME/.cache}/keel/$1-$key"
+  if [ ! -f "$venv/.keel-complete" ]; then
+    say "installing $3 into $venv (about $4 minutes)"
+    rm -rf "$venv"
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install -q --disable-pip-version-check -r "$req"
+    touch "$venv/.keel-complete"
+  fi
+  mkdir -p target/tools
+  ln -sfn "$venv/bin/$1" "target/tools/$1"
+}
+venv_tool litellm scripts/requirements-litellm.txt "LiteLLM's proxy" two
+venv_tool phoenix scripts/requirements-phoenix.txt "Arize Phoenix (the OTLP receiver)" three

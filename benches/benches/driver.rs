@@ -50,6 +50,7 @@ fn bench_driver(c: &mut Criterion) {
         )
         .unwrap();
     paired_wasm(&rt, &host, &agent, &policy);
+    paired_telemetry(&rt, &host, &agent, &policy);
     for sync in [Sync::Full, Sync::Normal] {
         for (label, pad) in [("small", 0usize), ("8KiB", 8 << 10)] {
             for n in [10u32, 400] {
@@ -438,6 +439,104 @@ fn paired_wasm(
             cpu_ratios[ROUNDS - 1],
             median(&mut wasm_faults),
             median(&mut native_faults),
+        );
+    }
+}
+
+/// A collector for the telemetry bench: it reads each export and answers
+/// 200, as a collector on the same host would; its base URL.
+fn sink() -> String {
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for mut c in l.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut buf = vec![0u8; 1 << 20];
+                let mut got = Vec::new();
+                loop {
+                    let n = match c.read(&mut buf) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => n,
+                    };
+                    got.extend_from_slice(&buf[..n]);
+                    // One request: its head, then content-length bytes.
+                    let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") else {
+                        continue;
+                    };
+                    let head = String::from_utf8_lossy(&got[..end]).to_ascii_lowercase();
+                    let len = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .and_then(|v| v.trim().parse::<usize>().ok())
+                        .unwrap_or(0);
+                    if got.len() < end + 4 + len {
+                        continue;
+                    }
+                    got.drain(..end + 4 + len);
+                    let ok = b"HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\ncontent-length: 0\r\n\r\n";
+                    if c.write_all(ok).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    format!("http://{addr}")
+}
+
+/// The wasm agent and policy at 400 steps, traced (every step's plugin
+/// calls and tool call become spans, exported to [`sink`] over OTLP/HTTP)
+/// against the same runs untraced, measured pairwise on stores of their
+/// own. Prints the medians of the rounds' wall and CPU ratios.
+fn paired_telemetry(
+    rt: &tokio::runtime::Runtime,
+    host: &keel::wasm::WasmHost,
+    agent: &keel::wasm::Plugin,
+    policy: &keel::wasm::Plugin,
+) {
+    const N: u32 = 400;
+    const ROUNDS: usize = 15;
+    let config = script_config(N);
+    let url = sink();
+    for sync in [Some(Sync::Full), None] {
+        let name = match sync {
+            Some(s) => format!("telemetry/paired/{s:?}"),
+            None => "telemetry/paired/Memory".to_string(),
+        };
+        if !paired_selected(&name) {
+            continue;
+        }
+        let (_plain_dir, plain) = paired_runtime(sync);
+        let (_traced_dir, traced) = paired_runtime(sync);
+        let t = std::sync::Arc::new(keel::telemetry::Telemetry::start(&url, "keel-bench").unwrap());
+        let traced = traced.with_telemetry(t.clone());
+        let (mut ratios, mut cpu_ratios, mut steps) = (Vec::new(), Vec::new(), Vec::new());
+        for round in 0..ROUNDS + 1 {
+            let run = |runtime: &Runtime| {
+                measured_run(rt, runtime, N, || {
+                    rt.block_on(wasm_consumers(host, agent, policy, &config, 0))
+                })
+            };
+            let (a, b) = in_turn(round, || run(&traced), || run(&plain));
+            if round >= 1 {
+                ratios.push(a.wall / b.wall);
+                cpu_ratios.push(a.cpu / b.cpu);
+                steps.push(b.wall / N as f64);
+            }
+        }
+        t.shutdown();
+        let mid = median(&mut ratios);
+        let cpu_mid = median(&mut cpu_ratios);
+        println!(
+            "{name}: {N} wasm steps traced (spans exported to a local OTLP/HTTP sink) against untraced, \
+             median of {ROUNDS} interleaved rounds: wall ratio {mid:.3} (range {:.3}-{:.3}); \
+             CPU time ratio {cpu_mid:.3} (range {:.3}-{:.3}); untraced step {:.0} us",
+            ratios[0],
+            ratios[ROUNDS - 1],
+            cpu_ratios[0],
+            cpu_ratios[ROUNDS - 1],
+            median(&mut steps) * 1e6,
         );
     }
 }

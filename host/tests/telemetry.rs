@@ -101,6 +101,29 @@ fn get_json(url: &str) -> serde_json::Value {
     serde_json::from_str(&r.body).unwrap_or(serde_json::Value::Null)
 }
 
+/// The spans of `trace` in Phoenix, once its run span is there (30 s at
+/// most).
+fn trace_spans(url: &str, trace: &str) -> Vec<serde_json::Value> {
+    let since = Instant::now();
+    loop {
+        let v = get_json(&format!(
+            "{url}/v1/projects/default/spans?trace_id={trace}&limit=100"
+        ));
+        let spans = v["data"].as_array().cloned().unwrap_or_default();
+        if spans
+            .iter()
+            .any(|s| s["name"].as_str().unwrap_or("").starts_with("invoke_agent"))
+        {
+            return spans;
+        }
+        assert!(
+            since.elapsed() < Duration::from_secs(30),
+            "no run span reached Phoenix: {v}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
 fn attr<'a>(span: &'a serde_json::Value, key: &str) -> &'a serde_json::Value {
     &span["attributes"][key]
 }
@@ -138,24 +161,7 @@ fn a_run_resumed_after_its_approval_reaches_phoenix_as_one_trace_that_matches_th
     assert_eq!(trace.len(), 32);
 
     // Read back through Phoenix's API once the run's own span is there.
-    let since = Instant::now();
-    let spans = loop {
-        let v = get_json(&format!(
-            "{url}/v1/projects/default/spans?trace_id={trace}&limit=100"
-        ));
-        let spans = v["data"].as_array().cloned().unwrap_or_default();
-        if spans
-            .iter()
-            .any(|s| s["name"].as_str().unwrap_or("").starts_with("invoke_agent"))
-        {
-            break spans;
-        }
-        assert!(
-            since.elapsed() < Duration::from_secs(30),
-            "no run span reached Phoenix: {v}"
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    };
+    let spans = trace_spans(url, &trace);
     let named = |prefix: &str| -> Vec<&serde_json::Value> {
         spans
             .iter()
@@ -320,4 +326,66 @@ max_identical_calls = 0"#;
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(text(&o).contains("otlp_endpoint"), "{}", text(&o));
     assert!(!store.exists(), "nothing was stored");
+}
+
+/// `keel serve` traces the runs it drives: a run submitted through the API
+/// and approved through it reaches Phoenix as one trace under its run
+/// span, with its model calls and tool call.
+#[test]
+fn a_run_driven_by_keel_serve_reaches_phoenix_as_one_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = phoenix();
+    let Some(cfg) = config(dir.path(), url, ONE_WRITE) else {
+        return;
+    };
+    let store = dir.path().join("keel.db");
+    let srv =
+        common::http::ServeProcess::start(store.to_str().unwrap(), &["-c", cfg.to_str().unwrap()]);
+    let r = srv.post("/api/runs", None, r#"{"goal":"write a.txt"}"#);
+    assert_eq!(r.status, 201, "{}", r.body);
+    let run = r.json();
+    let id = run["id"].as_str().unwrap().to_string();
+    let meta: serde_json::Value = serde_json::from_str(run["meta"].as_str().unwrap()).unwrap();
+    let trace = meta["trace_id"]
+        .as_str()
+        .expect("a trace id in the run's meta")
+        .to_string();
+    let since = Instant::now();
+    let approval = loop {
+        let a = srv.get("/api/approvals?status=pending", None).json();
+        if let Some(a) = a["approvals"]
+            .as_array()
+            .and_then(|l| l.iter().find(|a| a["run_id"] == id.as_str()))
+        {
+            break a["id"].as_str().unwrap().to_string();
+        }
+        assert!(
+            since.elapsed() < Duration::from_secs(30),
+            "no approval: {a}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let r = srv.post(
+        &format!("/api/approvals/{approval}/approve"),
+        None,
+        r#"{"note":"ok"}"#,
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let spans = trace_spans(url, &trace);
+    srv.terminate();
+    let count = |name: &str| spans.iter().filter(|s| s["name"] == name).count();
+    assert_eq!(count("invoke_agent agent-llm-rust"), 1, "{spans:#?}");
+    assert_eq!(count("chat stub"), 2, "{spans:#?}");
+    assert_eq!(count("execute_tool fs_write"), 1, "{spans:#?}");
+    assert_eq!(count("await_approval fs_write"), 1, "{spans:#?}");
+    let root = spans
+        .iter()
+        .find(|s| s["name"] == "invoke_agent agent-llm-rust")
+        .unwrap();
+    for s in &spans {
+        if s != root {
+            assert_eq!(s["parent_id"], root["context"]["span_id"], "{s}");
+        }
+        assert_eq!(attr(s, "gen_ai.conversation.id"), id.as_str(), "{s}");
+    }
 }

@@ -49,6 +49,8 @@ pub struct FanoutOptions {
     pub cache_dir: Option<PathBuf>,
     /// Whether the floor ([`super::floor`]) is measured beside the runs.
     pub floor: bool,
+    /// Trace the runs to this collector ([`crate::telemetry`]).
+    pub otlp_endpoint: Option<String>,
 }
 
 /// What one fan-out run measured.
@@ -370,6 +372,12 @@ pub(super) async fn prepare(opts: &FanoutOptions, floor: bool) -> anyhow::Result
 
     let (store, label) = open_store(&opts.store).await?;
     let runtime = Runtime::on(store.clone());
+    let runtime = match &opts.otlp_endpoint {
+        Some(url) => runtime.with_telemetry(Arc::new(
+            crate::telemetry::Telemetry::start(url, "keel-bench").context("--otlp-endpoint")?,
+        )),
+        None => runtime,
+    };
     let limits = Limits {
         max_steps: 4,
         ..Limits::default()
@@ -504,6 +512,10 @@ pub async fn run(opts: &FanoutOptions) -> anyhow::Result<FanoutReport> {
     let started = Instant::now();
     let (mut latencies, failed, first_error) =
         drive(&bench, &runtime, &limits, concurrency, opts.runs).await?;
+    // The spans still queued are exported inside the measured time.
+    if let Some(t) = runtime.telemetry.clone() {
+        let _ = tokio::task::spawn_blocking(move || t.shutdown()).await;
+    }
     let wall = started.elapsed().as_secs_f64();
     let cpu_s = super::cpu_seconds() - cpu0;
     let writer = super::thread_times(crate::store::WRITER_THREAD) - writer0;

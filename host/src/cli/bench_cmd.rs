@@ -134,6 +134,10 @@ pub struct LoadArgs {
     /// Also write the report as JSON to this file (`-`: standard output only JSON).
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Trace every run to this OTLP/HTTP collector (its base URL), as
+    /// `[telemetry]` does; the exporter's CPU is counted with the runs'.
+    #[arg(long, value_name = "URL")]
+    otlp_endpoint: Option<String>,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -365,6 +369,7 @@ fn fanout_options(
         policy,
         cache_dir: Some(load.cache_dir.clone()),
         floor: false,
+        otlp_endpoint: load.otlp_endpoint.clone(),
     })
 }
 
