@@ -20,7 +20,7 @@ use opentelemetry::trace::{
     Span as _, SpanContext, SpanId, SpanKind, Status, TraceContextExt, TraceFlags, TraceId,
     TraceState, Tracer as _,
 };
-use opentelemetry::{Context, KeyValue};
+use opentelemetry::{Context, KeyValue, StringValue, Value};
 use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::trace::{
     BatchConfigBuilder, BatchSpanProcessor, IdGenerator, RandomIdGenerator, SdkTracer,
@@ -173,12 +173,21 @@ impl Telemetry {
 
     /// The trace of `run`, whose agent is `agent`.
     pub fn run(self: &Arc<Self>, run: &Run, agent: &str) -> RunTrace {
+        let (trace_id, span_id) = (trace_id_of(run), run_span_id(&run.id));
         RunTrace {
             t: self.clone(),
-            trace_id: trace_id_of(run),
-            span_id: run_span_id(&run.id),
-            run_id: run.id.clone(),
-            agent: agent.to_string(),
+            trace_id,
+            span_id,
+            // Built once: each span shares these rather than copying them.
+            parent: Context::new().with_remote_span_context(SpanContext::new(
+                trace_id,
+                span_id,
+                TraceFlags::SAMPLED,
+                true,
+                TraceState::default(),
+            )),
+            run_id: StringValue::from(Arc::<str>::from(run.id.as_str())),
+            agent: Arc::from(agent),
         }
     }
 }
@@ -239,23 +248,14 @@ pub struct RunTrace {
     t: Arc<Telemetry>,
     trace_id: TraceId,
     span_id: SpanId,
-    run_id: String,
-    agent: String,
+    parent: Context,
+    run_id: StringValue,
+    agent: Arc<str>,
 }
 
 impl RunTrace {
     pub fn trace_id(&self) -> TraceId {
         self.trace_id
-    }
-
-    fn parent(&self) -> Context {
-        Context::new().with_remote_span_context(SpanContext::new(
-            self.trace_id,
-            self.span_id,
-            TraceFlags::SAMPLED,
-            true,
-            TraceState::default(),
-        ))
     }
 
     /// A finished child span of the run.
@@ -269,7 +269,10 @@ impl RunTrace {
         events: Vec<(&'static str, Vec<KeyValue>)>,
         outcome: Outcome<'_>,
     ) {
-        attributes.push(KeyValue::new("gen_ai.conversation.id", self.run_id.clone()));
+        attributes.push(KeyValue::new(
+            "gen_ai.conversation.id",
+            Value::String(self.run_id.clone()),
+        ));
         let mut span = self
             .t
             .tracer
@@ -277,7 +280,7 @@ impl RunTrace {
             .with_kind(kind)
             .with_start_time(start)
             .with_attributes(attributes)
-            .start_with_context(&self.t.tracer, &self.parent());
+            .start_with_context(&self.t.tracer, &self.parent);
         for (name, attrs) in events {
             span.add_event(name, attrs);
         }
@@ -354,7 +357,6 @@ impl RunTrace {
         error: Option<&str>,
     ) {
         attributes.extend([
-            KeyValue::new("keel.plugin.name", plugin.to_string()),
             KeyValue::new("keel.plugin.world", world),
             KeyValue::new("keel.plugin.function", function),
             KeyValue::new("keel.step.index", i64::from(step)),
@@ -375,7 +377,10 @@ impl RunTrace {
         let mut a = vec![
             KeyValue::new("gen_ai.operation.name", "execute_tool"),
             KeyValue::new("gen_ai.tool.name", tool.to_string()),
-            KeyValue::new("gen_ai.tool.call.id", format!("{}:{step}", self.run_id)),
+            KeyValue::new(
+                "gen_ai.tool.call.id",
+                format!("{}:{step}", self.run_id.as_str()),
+            ),
             KeyValue::new("keel.step.index", i64::from(step)),
         ];
         if error.is_some() {
@@ -424,8 +429,11 @@ impl RunTrace {
     pub fn end_run(&self, run: &Run) {
         let mut a = vec![
             KeyValue::new("gen_ai.operation.name", "invoke_agent"),
-            KeyValue::new("gen_ai.agent.name", self.agent.clone()),
-            KeyValue::new("gen_ai.conversation.id", self.run_id.clone()),
+            KeyValue::new(
+                "gen_ai.agent.name",
+                Value::String(self.agent.clone().into()),
+            ),
+            KeyValue::new("gen_ai.conversation.id", Value::String(self.run_id.clone())),
             KeyValue::new("keel.run.status", run.status.as_str()),
             KeyValue::new("keel.run.steps", i64::from(run.step_count)),
             KeyValue::new("gen_ai.usage.total_tokens", run.tokens as i64),
