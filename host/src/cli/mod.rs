@@ -215,7 +215,9 @@ pub enum Command {
     Export(journal_cmd::ExportArgs),
     /// Remove finished runs (completed, failed, cancelled) with everything
     /// they own, optionally exporting each first; never a run that has not
-    /// finished. What remains still verifies.
+    /// finished. What remains still verifies. The run holding the store's
+    /// newest event is kept until another event is written (its number must
+    /// not be handed out again).
     #[command(after_help = prune_cmd::PRUNE_EXIT_CODES)]
     Prune(prune_cmd::PruneArgs),
     /// Inspect, check and precompile plugin components.
