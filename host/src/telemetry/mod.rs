@@ -309,38 +309,16 @@ impl RunTrace {
             KeyValue::new("gen_ai.request.model", model.to_string()),
             KeyValue::new("keel.step.index", i64::from(step)),
         ];
-        if error.is_none() {
-            a.push(KeyValue::new(
-                "gen_ai.usage.input_tokens",
-                i64::from(input_tokens),
-            ));
-            a.push(KeyValue::new(
-                "gen_ai.usage.output_tokens",
-                i64::from(output_tokens),
-            ));
+        match error {
+            None => a.extend([
+                KeyValue::new("gen_ai.usage.input_tokens", i64::from(input_tokens)),
+                KeyValue::new("gen_ai.usage.output_tokens", i64::from(output_tokens)),
+            ]),
+            Some(_) => a.push(KeyValue::new("error.type", "model_error")),
         }
-        if let Some(e) = error {
-            a.push(KeyValue::new("error.type", "model_error"));
-            self.child(
-                format!("chat {model}"),
-                SpanKind::Client,
-                start,
-                end,
-                a,
-                vec![],
-                Outcome::Error(e),
-            );
-        } else {
-            self.child(
-                format!("chat {model}"),
-                SpanKind::Client,
-                start,
-                end,
-                a,
-                vec![],
-                Outcome::Ok,
-            );
-        }
+        let outcome = error.map_or(Outcome::Ok, Outcome::Error);
+        let name = format!("chat {model}");
+        self.child(name, SpanKind::Client, start, end, a, vec![], outcome);
     }
 
     /// A call into a plugin (`decide {agent}`, `evaluate {policy}`).
@@ -465,5 +443,45 @@ impl RunTrace {
             }
         }
         span.end_with_timestamp(SystemTime::now().max(at_ms(run.created_at)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::Limits;
+
+    #[test]
+    fn a_runs_trace_id_is_the_one_in_its_meta_else_one_derived_from_its_id() {
+        let mut run = Run::new("run_a", "g", Limits::default(), 0);
+        let derived = derived_trace_id("run_a");
+        assert_eq!(trace_id_of(&run), derived);
+        assert_ne!(derived, derived_trace_id("run_b"));
+        assert_ne!(derived, TraceId::INVALID);
+        run.meta = meta_with_trace(r#"{"config":"k.toml"}"#, "run_a");
+        let meta: serde_json::Value = serde_json::from_str(&run.meta).unwrap();
+        assert_eq!(meta["config"], "k.toml", "the embedder's meta is kept");
+        assert_eq!(meta["trace_id"], derived.to_string());
+        // A trace id given at creation (a caller's) wins over the derived one.
+        let theirs = "4bf92f3577b34da6a3ce929d0e0e4736";
+        run.meta = format!(r#"{{"trace_id":"{theirs}"}}"#);
+        assert_eq!(trace_id_of(&run).to_string(), theirs);
+        assert_eq!(meta_with_trace(&run.meta, "run_a"), run.meta);
+        // A malformed one is ignored.
+        run.meta = r#"{"trace_id":"not hex"}"#.into();
+        assert_eq!(trace_id_of(&run), derived);
+    }
+
+    #[test]
+    fn an_endpoint_that_is_not_an_http_url_is_refused() {
+        for bad in ["ftp://x", "localhost:4318", "", "http://bad host"] {
+            assert!(
+                matches!(
+                    Telemetry::start(bad, "t"),
+                    Err(TelemetryError::BadEndpoint(_))
+                ),
+                "{bad:?}"
+            );
+        }
     }
 }
