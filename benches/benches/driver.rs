@@ -499,7 +499,7 @@ fn paired_telemetry(
     const ROUNDS: usize = 15;
     let config = script_config(N);
     let url = sink();
-    for sync in [Some(Sync::Full), None] {
+    for sync in [Some(Sync::Full), Some(Sync::Normal), None] {
         let name = match sync {
             Some(s) => format!("telemetry/paired/{s:?}"),
             None => "telemetry/paired/Memory".to_string(),
