@@ -33,9 +33,7 @@ config = {{ rules = [ {{ effect = "local-mutation", action = "require-approval" 
 component = "{fs}"
 grant = {{ dirs = [{{ host = "work", guest = "/workspace", mode = "rw" }}] }}
 "#,
-        cache = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../target/keel-test-cache")
-            .display(),
+        cache = common::wasm::test_cache().display(),
         agent = agent.display(),
         policy = policy.display(),
         fs = fs.display(),

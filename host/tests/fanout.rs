@@ -13,8 +13,7 @@ fn keel(args: &[&str]) -> Output {
 }
 
 fn bench(which: &str, args: &[&str]) -> Output {
-    let cache =
-        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/keel-test-cache");
+    let cache = common::wasm::test_cache();
     common::keel_bin()
         .args(["bench", which, "--plugins"])
         .arg(plugins_dir())

@@ -78,9 +78,7 @@ grant = {{ dirs = [{{ host = "{work}", guest = "/workspace", mode = "rw" }}] }}
 [telemetry]
 otlp_endpoint = "{endpoint}"
 "#,
-        cache = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../target/keel-test-cache")
-            .display(),
+        cache = common::wasm::test_cache().display(),
         agent = agent.display(),
         policy = policy.display(),
         fs = fs.display(),

@@ -514,7 +514,7 @@ pub async fn run(opts: &FanoutOptions) -> anyhow::Result<FanoutReport> {
         drive(&bench, &runtime, &limits, concurrency, opts.runs).await?;
     // The spans still queued are exported inside the measured time.
     if let Some(t) = runtime.telemetry.clone() {
-        let _ = tokio::task::spawn_blocking(move || t.shutdown()).await;
+        t.finish().await;
     }
     let wall = started.elapsed().as_secs_f64();
     let cpu_s = super::cpu_seconds() - cpu0;

@@ -274,7 +274,7 @@ pub(super) fn telemetry(cfg: &Config) -> anyhow::Result<Option<Arc<crate::teleme
 /// the flush timeout at exit).
 async fn flush(rt: &Runtime) {
     if let Some(t) = rt.telemetry.clone() {
-        let _ = tokio::task::spawn_blocking(move || t.shutdown()).await;
+        t.finish().await;
     }
 }
 

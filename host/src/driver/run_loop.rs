@@ -234,6 +234,11 @@ impl<'r> Loop<'r> {
         }
     }
 
+    /// When a traced call starts; no clock is read for an untraced run.
+    fn trace_start(&self) -> Option<std::time::SystemTime> {
+        self.trace.as_ref().map(|_| std::time::SystemTime::now())
+    }
+
     async fn finish(&mut self, flow: Flow<Outcome>) -> Result<Outcome, DriverError> {
         let result = match flow {
             Ok(o) | Err(Halt::Outcome(o)) => Ok(o),
@@ -870,10 +875,10 @@ impl<'r> Loop<'r> {
                 steps: &self.steps[..i as usize],
                 approvals: &self.approvals,
             };
-            let started = std::time::SystemTime::now();
+            let started = self.trace_start();
             let fut = self.c.agent.decide(view);
             let w = wait(self.rt, &self.run.id, remaining, true, fut).await;
-            if let Some(t) = &self.trace {
+            if let (Some(t), Some(started)) = (&self.trace, started) {
                 let (attrs, error) = match &w {
                     Waited::Done(Ok(d)) => (vec![decision_attr(d)], None),
                     Waited::Done(Err(e)) => (vec![], Some(e.to_string())),
@@ -1107,9 +1112,9 @@ impl<'r> Loop<'r> {
                 steps: &self.steps[..i as usize],
                 approvals: &self.approvals,
             };
-            let started = std::time::SystemTime::now();
+            let started = self.trace_start();
             let v = self.c.policy.evaluate(&call, effect, view).await;
-            if let Some(t) = &self.trace {
+            if let (Some(t), Some(started)) = (&self.trace, started) {
                 let (verdict, reason, error) = match &v {
                     Ok(Verdict::Allow) => ("allow", "", None),
                     Ok(Verdict::Deny(r)) => ("deny", r.as_str(), None),
@@ -1264,7 +1269,7 @@ impl<'r> Loop<'r> {
             .call
             .as_ref()
             .ok_or_else(|| DriverError::Invalid(format!("step {i} has no call")))?;
-        let started = std::time::SystemTime::now();
+        let started = self.trace_start();
         let result = {
             let tools = &self.c.tools;
             // A native tool that panics fails only its call. It runs here,
@@ -1285,7 +1290,7 @@ impl<'r> Loop<'r> {
                 ))),
             }
         };
-        if let Some(t) = &self.trace {
+        if let (Some(t), Some(started)) = (&self.trace, started) {
             let e = result.as_ref().err().map(|e| e.to_string());
             t.tool_call(&call.tool, i, started, e.as_deref());
         }

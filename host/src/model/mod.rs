@@ -309,14 +309,14 @@ impl ModelGate {
             s.calls += 1;
         }
         let started = Instant::now();
-        let wall = std::time::SystemTime::now();
+        let wall = self.trace.get().map(|_| std::time::SystemTime::now());
         let Attempt {
             result,
             retry_after,
             timed_out,
         } = self.provider.attempt(request).await;
         let latency_ms = started.elapsed().as_millis() as u64;
-        if let Some(t) = self.trace.get() {
+        if let (Some(t), Some(wall)) = (self.trace.get(), wall) {
             let end = wall + started.elapsed();
             let step = self.lock().step;
             let p = &*self.provider;

@@ -126,7 +126,7 @@ pub async fn run(
         p.abort();
     }
     if let Some(t) = telemetry {
-        let _ = tokio::task::spawn_blocking(move || t.shutdown()).await;
+        t.finish().await;
     }
     report
 }

@@ -171,6 +171,12 @@ impl Telemetry {
         }
     }
 
+    /// [`Telemetry::shutdown`] off the async threads (it may wait for a
+    /// collector), for a process about to exit.
+    pub async fn finish(self: Arc<Self>) {
+        let _ = tokio::task::spawn_blocking(move || self.shutdown()).await;
+    }
+
     /// The trace of `run`, whose agent is `agent`.
     pub fn run(self: &Arc<Self>, run: &Run, agent: &str) -> RunTrace {
         let (trace_id, span_id) = (trace_id_of(run), run_span_id(&run.id));

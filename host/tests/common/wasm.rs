@@ -30,10 +30,16 @@ pub fn plugin_path(file: &str) -> Option<PathBuf> {
     None
 }
 
+/// The compile cache every test shares, so that each component is
+/// compiled once per checkout.
+pub fn test_cache() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/keel-test-cache")
+}
+
 pub fn host() -> Arc<WasmHost> {
     static HOST: OnceLock<Arc<WasmHost>> = OnceLock::new();
     HOST.get_or_init(|| {
-        let cache = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/keel-test-cache");
+        let cache = test_cache();
         WasmHost::new(EngineOptions {
             cache_dir: Some(cache),
             max_instances: 200,
@@ -83,9 +89,7 @@ config = {{ rules = [ {{ tool = "echo", action = "allow" }} ] }}
 [[tools]]
 component = "{echo}"
 "#,
-        cache = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../target/keel-test-cache")
-            .display(),
+        cache = test_cache().display(),
         agent = agent.display(),
         policy = policy.display(),
         echo = echo.display(),
