@@ -6,10 +6,12 @@
 # checks, in about a second.
 #
 # With --test it also installs what the test suite runs against:
-# Debian's Chromium and ChromeDriver for the page, and LiteLLM's proxy
-# and Arize Phoenix (the OTLP receiver) each in a virtualenv of its own in
-# the user's cache (shared by every checkout, keyed by its pinned
-# requirements), linked as target/tools/litellm and target/tools/phoenix.
+# Debian's Chromium and ChromeDriver for the page; LiteLLM's proxy, Arize
+# Phoenix (the OTLP receiver) and the mcp package (for the MCP fault
+# server) each in a virtualenv of its own in the user's cache (shared by
+# every checkout, keyed by its pinned requirements), linked as
+# target/tools/litellm, target/tools/phoenix and target/tools/mcp-venv;
+# and the npm MCP servers (filesystem, everything) into scripts/mcp.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -81,7 +83,7 @@ apt_install chromium chromium-driver
 # A Python tool in a virtualenv per version of its pinned requirements,
 # linked as target/tools/NAME. The stamp is written last: a venv without
 # it is half-installed (an interrupted run) and is built again.
-venv_tool() { # NAME REQUIREMENTS WHAT MINUTES
+venv_tool() { # NAME REQUIREMENTS WHAT MINUTES [LINK]
   local req=$2 key venv
   key=$(sha256sum "$req" | cut -c1-12)
   venv="${XDG_CACHE_HOME:-$HOME/.cache}/keel/$1-$key"
@@ -93,7 +95,22 @@ venv_tool() { # NAME REQUIREMENTS WHAT MINUTES
     touch "$venv/.keel-complete"
   fi
   mkdir -p target/tools
-  ln -sfn "$venv/bin/$1" "target/tools/$1"
+  if [ "${5:-}" = venv ]; then
+    # The whole virtualenv: its python only finds its packages when run
+    # by a path inside it.
+    ln -sfn "$venv" "target/tools/$1"
+  else
+    ln -sfn "$venv/bin/$1" "target/tools/$1"
+  fi
 }
 venv_tool litellm scripts/requirements-litellm.txt "LiteLLM's proxy" two
 venv_tool phoenix scripts/requirements-phoenix.txt "Arize Phoenix (the OTLP receiver)" three
+venv_tool mcp-venv scripts/requirements-mcp.txt "the mcp package (the MCP fault server's API)" one venv
+
+# MCP servers the tests run Keel's MCP tools against, from their lockfile.
+stamp=scripts/mcp/node_modules/.keel-stamp
+if [ ! -f "$stamp" ] || [ scripts/mcp/package-lock.json -nt "$stamp" ]; then
+  say "installing the MCP test servers (npm ci)"
+  npm ci --prefix scripts/mcp --no-audit --no-fund --loglevel=error >/dev/null
+  touch "$stamp"
+fi

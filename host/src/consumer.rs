@@ -119,6 +119,10 @@ pub trait Policy: Send {
 pub struct ToolError {
     pub message: String,
     pub trap: Option<TrapKind>,
+    /// The run cannot go on (an MCP tool whose pinned schema changed, with
+    /// `on_pin_mismatch = "fail"`): the run fails instead of showing the
+    /// agent the error.
+    pub fatal: bool,
 }
 
 impl fmt::Display for ToolError {
@@ -135,6 +139,7 @@ impl ToolError {
         ToolError {
             message: message.into(),
             trap: None,
+            fatal: false,
         }
     }
 }

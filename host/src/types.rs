@@ -81,6 +81,9 @@ spelled_enum! {
         LimitTokens = "limit_tokens",
         /// Parked: the model server stayed unavailable through the retries.
         ModelUnavailable = "model_unavailable",
+        /// An MCP tool's schema changed from its pin during the run, and
+        /// the config says to fail (`on_pin_mismatch = "fail"`).
+        ToolChanged = "tool_changed",
     }
 }
 
@@ -282,6 +285,11 @@ pub struct Approval {
     /// covers it (`None` for approvals asked for before the chain).
     #[serde(default)]
     pub chain_head: Option<String>,
+    /// For an MCP tool, the pin of its server's tools when the approval
+    /// was asked for; its hash covers it, and a call is not run on an
+    /// approval given for another schema.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_pin: Option<String>,
 }
 
 /// The largest goal a run may be given, in bytes (1 MiB).

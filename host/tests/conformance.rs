@@ -203,6 +203,7 @@ async fn policy_rules_twins_are_handed_the_call_alone() {
         note: None,
         decided_at: Some(0),
         chain_head: None,
+        tool_pin: None,
     }];
     let call = ToolCall {
         tool: "fs_read".into(),

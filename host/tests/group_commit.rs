@@ -320,6 +320,7 @@ async fn a_write_failing_part_way_fails_alone_and_the_rest_of_its_group_commits(
         note: None,
         decided_at: None,
         chain_head: None,
+        tool_pin: None,
     };
     let results = in_one_group(
         &s,

@@ -343,9 +343,13 @@ fn bound(
         &a.reason,
         &a.presentation,
         a.chain_head.as_deref(),
+        a.tool_pin.as_deref(),
     );
     if hash != a.hash {
-        return Err("its hash does not cover its call, reason, presentation and chain head".into());
+        return Err(
+            "its hash does not cover its call, reason, presentation, chain head and tool pin"
+                .into(),
+        );
     }
     if let Some(head) = &a.chain_head {
         match (heads.get(head), born) {

@@ -3,6 +3,7 @@
 
 mod bench_cmd;
 mod journal_cmd;
+mod mcp_cmd;
 mod output;
 mod plugin_cmd;
 mod prune_cmd;
@@ -223,6 +224,9 @@ pub enum Command {
     /// Inspect, check and precompile plugin components.
     #[command(subcommand)]
     Plugin(plugin_cmd::PluginCommand),
+    /// Inspect MCP servers, to use their tools in a config.
+    #[command(subcommand)]
+    Mcp(mcp_cmd::McpCommand),
     /// Load tests of the runtime (see BENCHMARKS.md).
     #[command(subcommand)]
     Bench(bench_cmd::BenchCommand),
@@ -246,10 +250,11 @@ pub fn main() -> i32 {
         }
     };
     let level = cli.log.clone().unwrap_or_else(|| {
+        // rmcp logs, at error, what Keel reports itself with context.
         if matches!(cli.command, Command::Serve(_)) {
-            "info"
+            "info,rmcp=off"
         } else {
-            "warn"
+            "warn,rmcp=off"
         }
         .to_string()
     });

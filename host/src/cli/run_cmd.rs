@@ -88,6 +88,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<i32> {
             Ok(exit::OK)
         }
         Command::Plugin(cmd) => super::plugin_cmd::run(cmd).await,
+        Command::Mcp(cmd) => super::mcp_cmd::run(cmd).await,
         Command::Verify(args) => super::journal_cmd::verify(args, store_flag).await,
         Command::Export(args) => super::journal_cmd::export(args, store_flag).await,
         Command::Prune(args) => super::prune_cmd::prune(args, store_flag).await,

@@ -2,13 +2,14 @@
 //! components, instantiates the agent and the policy for the run, and puts
 //! the tools in a table.
 
-use super::{Config, DirMode, ModelConfig};
+use super::{Config, DirMode, McpSource, ModelConfig, ToolConfig};
 use crate::consumer::EventSink;
 use crate::consumer::ToolProvider;
 use crate::driver::Consumers;
 use crate::model::{
     ModelGate, ModelProvider, OpenAiProvider, OpenAiSettings, ReplayProvider, StubProvider,
 };
+use crate::tools::mcp::{Endpoint, McpServer, McpTools, ServerSpec};
 use crate::tools::ToolSet;
 use crate::wasm::{
     EngineOptions, Plugin, ToolCaps, WasmAgent, WasmHost, WasmPolicy, WasmTools, World,
@@ -22,9 +23,17 @@ pub struct Assembly {
     pub host: Arc<WasmHost>,
     pub agent: Arc<Plugin>,
     pub policy: Arc<Plugin>,
-    pub tools: Vec<Arc<Plugin>>,
+    /// One per `[[tools]]` entry, in order.
+    pub tools: Vec<ToolSource>,
     pub provider: Arc<dyn ModelProvider>,
     pub config: Config,
+}
+
+/// Where a `[[tools]]` entry's tools come from.
+pub enum ToolSource {
+    Wasm(Arc<Plugin>),
+    /// Started when the first run starts, shared by the runs after it.
+    Mcp(Arc<McpServer>),
 }
 
 /// Loads every component of `config` (compiling or reading the cache) and
@@ -78,12 +87,13 @@ pub fn assemble_with_progress(
     )?;
     let mut tools = Vec::new();
     for (i, t) in config.tools.iter().enumerate() {
-        tools.push(load(
-            &format!("tools[{i}]"),
-            &t.component,
-            World::Tool,
-            &t.sha256,
-        )?);
+        tools.push(match (&t.component, &t.mcp) {
+            (Some(c), _) => {
+                ToolSource::Wasm(load(&format!("tools[{i}]"), c, World::Tool, &t.sha256)?)
+            }
+            (None, Some(m)) => ToolSource::Mcp(Arc::new(McpServer::new(mcp_spec(config, i, t, m)))),
+            (None, None) => return Err(anyhow!("tools[{i}] names no component and no server")),
+        });
     }
     let provider = provider(config, &config.model)?;
     Ok(Assembly {
@@ -103,7 +113,14 @@ impl Assembly {
         let sink = Arc::new(EventSink::default());
         let gate = Arc::new(ModelGate::new(self.provider.clone()));
         let mut set = ToolSet::new();
-        for (i, (plugin, t)) in self.tools.iter().zip(&cfg.tools).enumerate() {
+        for (i, (source, t)) in self.tools.iter().zip(&cfg.tools).enumerate() {
+            let plugin = match source {
+                ToolSource::Wasm(p) => p,
+                ToolSource::Mcp(server) => {
+                    add_mcp(&mut set, server, i, t, cfg).await?;
+                    continue;
+                }
+            };
             let mut caps = ToolCaps {
                 network: t.grant.network,
                 ..ToolCaps::default()
@@ -195,6 +212,81 @@ impl Assembly {
             sink,
         ))
     }
+}
+
+/// The server of `[[tools]]` entry `i`, as its config describes it.
+fn mcp_spec(config: &Config, i: usize, t: &ToolConfig, m: &McpSource) -> ServerSpec {
+    let endpoint = match &m.url {
+        Some(url) => Endpoint::Http { url: url.clone() },
+        None => Endpoint::Stdio {
+            command: resolve_program(config, &m.command),
+            env: m.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            cwd: m.cwd.as_ref().map(|d| config.resolve(d)),
+        },
+    };
+    ServerSpec {
+        label: format!("tools[{i}] ({endpoint})"),
+        endpoint,
+        expose: t.expose.clone(),
+        pin: t.pin.clone().unwrap_or_default(),
+        on_mismatch: t.on_pin_mismatch,
+        deadline: Duration::from_millis(t.limits.deadline_ms),
+        max_output_bytes: t.limits.max_output_bytes,
+        start_timeout: Duration::from_millis(m.start_timeout_ms),
+        snapshots: config
+            .engine
+            .cache_dir
+            .as_ref()
+            .map(|d| config.resolve(d).join("mcp")),
+    }
+}
+
+/// `command` with a relative program path (`bin/server`, not `npx`)
+/// resolved against the config file's folder, as every path in a config is.
+fn resolve_program(config: &Config, command: &[String]) -> Vec<String> {
+    let mut out = command.to_vec();
+    if let Some(p) = out.first_mut() {
+        if p.contains('/') && !std::path::Path::new(p.as_str()).is_absolute() {
+            *p = config
+                .resolve(std::path::Path::new(p.as_str()))
+                .display()
+                .to_string();
+        }
+    }
+    out
+}
+
+/// Starts (or reuses) an MCP server for a run, checks its pin, and adds
+/// its exposed tools with the config's effects and approval rules.
+async fn add_mcp(
+    set: &mut ToolSet,
+    server: &Arc<McpServer>,
+    i: usize,
+    t: &ToolConfig,
+    cfg: &Config,
+) -> anyhow::Result<()> {
+    let started = server
+        .start()
+        .await
+        .with_context(|| format!("{}: tools[{i}]", cfg.path.display()))?;
+    for line in &started.dropped {
+        tracing::warn!("{line}");
+        eprintln!("{}", keel_guest::render::cap(line, 2000));
+    }
+    let names: Vec<String> = started.specs.iter().map(|s| s.name.clone()).collect();
+    let tools = McpTools::new(server.clone(), started.specs);
+    set.add(Arc::new(tools))
+        .map_err(|e| anyhow!("{}: {}: {e}", cfg.path.display(), server.label()))?;
+    for name in &names {
+        set.set_pin(name, &started.pin).map_err(|e| anyhow!(e))?;
+        if let Some(effect) = t.effect.get(name) {
+            set.pin_effect(name, *effect).map_err(|e| anyhow!(e))?;
+        }
+        if t.require_approval.contains(name) {
+            set.require_approval(name).map_err(|e| anyhow!(e))?;
+        }
+    }
+    Ok(())
 }
 
 /// Whether the run's model calls reach an OpenAI-compatible server.

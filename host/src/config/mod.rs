@@ -4,7 +4,7 @@
 
 mod assemble;
 
-pub use assemble::{assemble, assemble_with_progress, Assembly};
+pub use assemble::{assemble, assemble_with_progress, Assembly, ToolSource};
 
 use crate::types::Limits;
 use crate::wasm::PluginLimits;
@@ -233,7 +233,22 @@ fn empty_object() -> serde_json::Value {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ToolConfig {
-    pub component: PathBuf,
+    /// A wasm component (relative to the config file); exactly one of
+    /// `component` and `mcp`.
+    pub component: Option<PathBuf>,
+    /// An MCP server whose tools this entry exposes.
+    pub mcp: Option<McpSource>,
+    /// For `mcp`: `sha256:HEX` over the exposed tools' canonical schemas
+    /// (`keel mcp inspect` prints it); required.
+    pub pin: Option<String>,
+    /// For `mcp`: the server's tools the run may use (none unless listed,
+    /// so that a server cannot add tools behind the operator's back).
+    #[serde(default)]
+    pub expose: Vec<String>,
+    /// For `mcp`: what a pin that does not match does: `fail` the run (at
+    /// start, or at the call) or `drop` the tools that changed.
+    #[serde(default)]
+    pub on_pin_mismatch: PinMismatch,
     pub sha256: Option<String>,
     #[serde(default = "empty_object")]
     pub config: serde_json::Value,
@@ -253,6 +268,41 @@ pub struct ToolConfig {
     /// approval, even when the policy allows it.
     #[serde(default)]
     pub require_approval: Vec<String>,
+}
+
+/// Where an MCP server is: a command to start (stdio) or a URL
+/// (streamable HTTP).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpSource {
+    /// The program and its arguments: a bare name is looked up on `PATH`,
+    /// a relative path is relative to the config file.
+    #[serde(default)]
+    pub command: Vec<String>,
+    /// Variables the server gets besides `PATH`, `HOME`, `LANG` and
+    /// `TMPDIR` (nothing else of Keel's environment is passed).
+    #[serde(default)]
+    pub env: std::collections::BTreeMap<String, String>,
+    /// The server's working directory (relative to the config file).
+    pub cwd: Option<PathBuf>,
+    /// A streamable-HTTP endpoint, `http://host:port/mcp`.
+    pub url: Option<String>,
+    /// How long the server may take to start and list its tools, in ms.
+    #[serde(default = "default_mcp_start")]
+    pub start_timeout_ms: u64,
+}
+
+fn default_mcp_start() -> u64 {
+    60_000
+}
+
+/// What a pin mismatch does.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PinMismatch {
+    #[default]
+    Fail,
+    Drop,
 }
 
 /// The WASI capabilities a tool gets. Nothing unless named here.
@@ -323,6 +373,7 @@ impl Config {
 
     fn check(&self) -> Result<(), String> {
         for (i, t) in self.tools.iter().enumerate() {
+            check_tool_source(i, t)?;
             for d in &t.grant.dirs {
                 if !d.guest.starts_with('/') {
                     return Err(format!(
@@ -345,6 +396,14 @@ impl Config {
         Ok(())
     }
 
+    /// The `[[tools]]` entries that are MCP servers, with their index.
+    pub fn mcp_tools(&self) -> impl Iterator<Item = (usize, &ToolConfig, &McpSource)> {
+        self.tools
+            .iter()
+            .enumerate()
+            .filter_map(|(i, t)| t.mcp.as_ref().map(|m| (i, t, m)))
+    }
+
     /// `p` resolved against the config file's folder.
     pub fn resolve(&self, p: &Path) -> PathBuf {
         if p.is_absolute() {
@@ -362,6 +421,106 @@ impl Config {
             pg => pg,
         }
     }
+}
+
+/// One `[[tools]]` entry names exactly one source, and an MCP entry
+/// only what applies to a server.
+fn check_tool_source(i: usize, t: &ToolConfig) -> Result<(), String> {
+    let Some(m) = &t.mcp else {
+        if t.component.is_none() {
+            return Err(format!(
+                "tools[{i}]: names neither a `component` nor an `mcp` server"
+            ));
+        }
+        for (key, set) in [
+            ("pin", t.pin.is_some()),
+            ("expose", !t.expose.is_empty()),
+            ("on_pin_mismatch", t.on_pin_mismatch != PinMismatch::Fail),
+        ] {
+            if set {
+                return Err(format!(
+                    "tools[{i}].{key}: only an `mcp` server takes it (a component is pinned by `sha256`)"
+                ));
+            }
+        }
+        return Ok(());
+    };
+    let refuse = |key: &str| {
+        Err(format!(
+            "tools[{i}].{key}: an `mcp` server does not take it (it is not a wasm component)"
+        ))
+    };
+    if t.component.is_some() {
+        return refuse("component");
+    }
+    if t.sha256.is_some() {
+        return refuse("sha256");
+    }
+    if t.stateful {
+        return refuse("stateful");
+    }
+    if !t.grant.dirs.is_empty() || !t.grant.env.is_empty() || t.grant.network {
+        return refuse("grant");
+    }
+    if t.config.as_object().is_some_and(|o| !o.is_empty()) {
+        return refuse("config");
+    }
+    match (m.command.is_empty(), &m.url) {
+        (true, None) => {
+            return Err(format!(
+                "tools[{i}].mcp: names neither a `command` (stdio) nor a `url` (streamable HTTP)"
+            ))
+        }
+        (false, Some(_)) => {
+            return Err(format!(
+                "tools[{i}].mcp: names both a `command` and a `url`; a server is one or the other"
+            ))
+        }
+        (false, None) => {
+            if m.command[0].trim().is_empty() {
+                return Err(format!("tools[{i}].mcp.command: the program name is empty"));
+            }
+            if m.command.iter().any(|a| a.contains('\0')) {
+                return Err(format!(
+                    "tools[{i}].mcp.command: an argument holds a NUL byte"
+                ));
+            }
+        }
+        (true, Some(u)) => {
+            if !(u.starts_with("http://") || u.starts_with("https://")) {
+                return Err(format!(
+                    "tools[{i}].mcp.url: {u:?} is not an http:// or https:// URL"
+                ));
+            }
+            if !m.env.is_empty() || m.cwd.is_some() {
+                return Err(format!(
+                    "tools[{i}].mcp: `env` and `cwd` are for a `command`; a `url` server runs elsewhere"
+                ));
+            }
+        }
+    }
+    match &t.pin {
+        None => {
+            return Err(format!(
+                "tools[{i}].pin: an `mcp` server needs a pin (`keel mcp inspect` prints it)"
+            ))
+        }
+        Some(p) => crate::tools::mcp::parse_pin(p).map_err(|e| format!("tools[{i}].pin: {e}"))?,
+    };
+    let mut seen = std::collections::BTreeSet::new();
+    for name in &t.expose {
+        if !seen.insert(name) {
+            return Err(format!("tools[{i}].expose: {name:?} is listed twice"));
+        }
+    }
+    for key in t.effect.keys().chain(&t.require_approval) {
+        if !t.expose.contains(key) {
+            return Err(format!(
+                "tools[{i}]: {key:?} has an effect or an approval rule but is not in `expose`"
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -444,6 +603,99 @@ grant = { dirs = [{ host = "w", guest = "/workspace", mode = "rw" }] }
             .unwrap_err()
             .to_string()
             .contains("must be absolute"));
+    }
+}
+
+#[cfg(test)]
+mod mcp_tests {
+    use super::*;
+
+    const BASE: &str = "[agent]\ncomponent = \"a.wasm\"\n[policy]\ncomponent = \"p.wasm\"\n";
+    const PIN: &str = "sha256:0000000000000000000000000000000000000000000000000000000000000000";
+
+    fn parse(tool: &str) -> Result<Config, String> {
+        Config::parse(&format!("{BASE}[[tools]]\n{tool}"), Path::new("k.toml"))
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_server_entry_parses_with_its_pin_exposed_tools_and_effects() {
+        let c = parse(&format!(
+            "mcp = {{ command = [\"npx\", \"-y\", \"srv\"], env = {{ A = \"1\" }}, cwd = \"d\" }}\npin = \"{PIN}\"\nexpose = [\"read\", \"write\"]\neffect = {{ read = \"read-only\" }}\nrequire_approval = [\"write\"]\non_pin_mismatch = \"drop\""
+        ))
+        .unwrap();
+        let t = &c.tools[0];
+        assert_eq!(t.mcp.as_ref().unwrap().command, ["npx", "-y", "srv"]);
+        assert_eq!(t.on_pin_mismatch, PinMismatch::Drop);
+        assert_eq!(c.mcp_tools().count(), 1);
+        let c = parse(&format!(
+            "mcp = {{ url = \"http://127.0.0.1:9/mcp\" }}\npin = \"{PIN}\"\nexpose = [\"x\"]"
+        ))
+        .unwrap();
+        assert!(c.tools[0].component.is_none());
+    }
+
+    #[test]
+    fn a_server_entry_that_cannot_be_right_is_refused_saying_which_key() {
+        let cmd = "mcp = { command = [\"srv\"] }\n";
+        for (tool, says) in [
+            (format!("{cmd}expose = [\"x\"]"), "needs a pin"),
+            (
+                format!("{cmd}pin = \"md5:1\"\nexpose = [\"x\"]"),
+                "tools[0].pin",
+            ),
+            (
+                format!("mcp = {{ }}\npin = \"{PIN}\""),
+                "neither a `command`",
+            ),
+            (
+                format!("mcp = {{ command = [\"s\"], url = \"http://h/mcp\" }}\npin = \"{PIN}\""),
+                "both a `command` and a `url`",
+            ),
+            (
+                format!("mcp = {{ command = [\" \"] }}\npin = \"{PIN}\""),
+                "program name is empty",
+            ),
+            (
+                format!("mcp = {{ url = \"ftp://h/mcp\" }}\npin = \"{PIN}\""),
+                "not an http",
+            ),
+            (
+                format!("mcp = {{ url = \"http://h/mcp\", cwd = \"d\" }}\npin = \"{PIN}\""),
+                "`env` and `cwd` are for a `command`",
+            ),
+            (
+                format!("{cmd}pin = \"{PIN}\"\ncomponent = \"t.wasm\""),
+                "tools[0].component",
+            ),
+            (
+                format!("{cmd}pin = \"{PIN}\"\nstateful = true"),
+                "tools[0].stateful",
+            ),
+            (
+                format!("{cmd}pin = \"{PIN}\"\ngrant = {{ network = true }}"),
+                "tools[0].grant",
+            ),
+            (
+                format!("{cmd}pin = \"{PIN}\"\nexpose = [\"x\", \"x\"]"),
+                "listed twice",
+            ),
+            (
+                format!("{cmd}pin = \"{PIN}\"\nexpose = [\"x\"]\neffect = {{ y = \"read-only\" }}"),
+                "\"y\" has an effect",
+            ),
+            (
+                format!("component = \"t.wasm\"\npin = \"{PIN}\""),
+                "only an `mcp` server takes it",
+            ),
+            (
+                "sha256 = \"ab\"".to_string(),
+                "neither a `component` nor an `mcp`",
+            ),
+        ] {
+            let e = parse(&tool).unwrap_err();
+            assert!(e.contains(says), "{tool}: {e} should say {says:?}");
+        }
     }
 }
 

@@ -237,13 +237,15 @@ impl Runtime {
 /// The hash an approval is bound to: the call (tool and canonical
 /// arguments), the reason, the presentation and the run's journal chain
 /// head when it was asked for, canonically encoded. An approval asked for
-/// before the chain existed has no head, and its hash leaves it out.
+/// before the chain existed has no head, and its hash leaves it out; so
+/// does an approval of a tool without a pin (every tool but MCP ones).
 pub fn approval_hash(
     kind: ApprovalKind,
     call: &ToolCall,
     reason: &str,
     presentation: &str,
     chain_head: Option<&str>,
+    tool_pin: Option<&str>,
 ) -> String {
     use sha2::{Digest, Sha256};
     let parse = |s: &str| {
@@ -259,6 +261,9 @@ pub fn approval_hash(
     let mut doc = doc;
     if let Some(head) = chain_head {
         doc["chain_head"] = serde_json::Value::String(head.to_string());
+    }
+    if let Some(pin) = tool_pin {
+        doc["tool_pin"] = serde_json::Value::String(pin.to_string());
     }
     hex::encode(Sha256::digest(canonical_json(&doc).as_bytes()))
 }

@@ -605,7 +605,15 @@ impl<'r> Loop<'r> {
         now: i64,
     ) -> Approval {
         let chain_head = Some(self.run.chain_head.clone());
-        let hash = approval_hash(kind, &call, &reason, &presentation, chain_head.as_deref());
+        let tool_pin = self.c.tools.pin(&call.tool).map(str::to_string);
+        let hash = approval_hash(
+            kind,
+            &call,
+            &reason,
+            &presentation,
+            chain_head.as_deref(),
+            tool_pin.as_deref(),
+        );
         Approval {
             id: self.rt.ids.next("appr"),
             run_id: self.run.id.clone(),
@@ -622,6 +630,7 @@ impl<'r> Loop<'r> {
             note: None,
             decided_at: None,
             chain_head,
+            tool_pin,
         }
     }
 
@@ -690,6 +699,27 @@ impl<'r> Loop<'r> {
             }
             ApprovalStatus::Approved => {
                 self.check_approval(&a, &step)?;
+                let now_pin = self.c.tools.pin(&a.call.tool);
+                if a.tool_pin.as_deref() != now_pin {
+                    // Approved for one schema, the tool now has another:
+                    // the call is not run; the agent may ask again.
+                    let why = format!(
+                        "the approval was given for the tool {:?} with its schemas pinned at {}, and they are now {}: the call is not run on it",
+                        a.call.tool,
+                        a.tool_pin.as_deref().unwrap_or("(no pin)"),
+                        now_pin.unwrap_or("(no pin)")
+                    );
+                    let obs = Observation::message(ObservationKind::Denied, "reason", &why);
+                    self.close_paused_step(
+                        step,
+                        obs,
+                        vec![],
+                        EventKind::RunResumed,
+                        json!({ "approval": a.id, "status": a.status, "error": why }),
+                    )
+                    .await?;
+                    return Ok(true);
+                }
                 let mut s = step;
                 s.version += 1;
                 s.state = StepState::Executing;
@@ -729,6 +759,7 @@ impl<'r> Loop<'r> {
             &a.reason,
             &a.presentation,
             a.chain_head.as_deref(),
+            a.tool_pin.as_deref(),
         ) != a.hash
         {
             return Err(tampered("its stored call, reason or presentation changed"));
@@ -1305,6 +1336,7 @@ impl<'r> Loop<'r> {
         s.state = StepState::Done;
         s.updated_at = now;
         let mut run = self.next_run(now);
+        let mut fatal = None;
         s.observation = Some(match result {
             // Checked for being JSON without building it.
             Ok(text) => match serde_json::from_str::<serde::de::IgnoredAny>(&text) {
@@ -1326,10 +1358,23 @@ impl<'r> Loop<'r> {
             },
             Err(e) => {
                 run.consecutive_failures += 1;
+                if e.fatal {
+                    fatal = Some(e.to_string());
+                }
                 Observation::message(ObservationKind::ToolError, "error", &e.to_string())
             }
         });
         let mut events = vec![done_event(&s)];
+        if let Some(msg) = fatal {
+            run.status = RunStatus::Failed;
+            run.reason = Some(RunReason::ToolChanged);
+            run.result = Some(json!({ "error": msg }).to_string());
+            events.push(NewEvent::new(
+                EventKind::RunFailed,
+                None,
+                json!({ "reason": "tool_changed", "error": msg }),
+            ));
+        }
         self.limit_failures(&mut run, &mut events);
         let max_same = run.limits.max_identical_calls;
         if max_same > 0 && !run.status.is_terminal() && self.identical_run(&s) >= max_same {

@@ -120,6 +120,8 @@ pub struct ApprovalRow {
     pub note: Option<String>,
     pub decided_at: Option<i64>,
     pub chain_head: Option<String>,
+    #[serde(default)]
+    pub tool_pin: Option<String>,
 }
 
 impl ApprovalRow {
@@ -141,6 +143,7 @@ impl ApprovalRow {
             note: a.note.clone(),
             decided_at: a.decided_at,
             chain_head: a.chain_head.clone(),
+            tool_pin: a.tool_pin.clone(),
         }
     }
 
@@ -167,6 +170,7 @@ impl ApprovalRow {
             note: self.note.clone(),
             decided_at: self.decided_at,
             chain_head: self.chain_head.clone(),
+            tool_pin: self.tool_pin.clone(),
         })
     }
 }

@@ -1,6 +1,7 @@
 //! The run's tools: native providers and wasm components behind one table,
 //! with argument validation.
 
+pub mod mcp;
 pub mod schema;
 
 use crate::consumer::{ToolError, ToolProvider};
@@ -15,6 +16,8 @@ pub struct ToolSet {
     by_name: HashMap<String, (usize, serde_json::Value, Arc<dyn ToolProvider>)>,
     /// Tools the operator requires an approval for, whatever the policy says.
     approval_required: std::collections::HashSet<String>,
+    /// MCP tools' pins, which their approvals' hashes cover.
+    pins: HashMap<String, String>,
 }
 
 /// Why a decision's call cannot run.
@@ -82,6 +85,18 @@ impl ToolSet {
         self.index(name)?;
         self.approval_required.insert(name.to_string());
         Ok(())
+    }
+
+    /// Records the pin of tool `name`'s schemas (an MCP tool's server pin).
+    pub fn set_pin(&mut self, name: &str, pin: &str) -> Result<(), String> {
+        self.index(name)?;
+        self.pins.insert(name.to_string(), pin.to_string());
+        Ok(())
+    }
+
+    /// The pin of tool `name`'s schemas, if it has one.
+    pub fn pin(&self, name: &str) -> Option<&str> {
+        self.pins.get(name).map(String::as_str)
     }
 
     /// Whether the operator requires an approval for every call of `name`.

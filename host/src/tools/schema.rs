@@ -94,6 +94,117 @@ pub fn check_schema(tool: &str, schema: &Value) -> Result<(), String> {
     Ok(())
 }
 
+/// Checks that `schema` is a JSON Schema as far as its keywords go: each
+/// keyword Keel validates, and each one that holds schemas, has the shape
+/// the specification gives it. A schema from outside (an MCP server's) is
+/// refused at start rather than misread at every call.
+pub fn well_formed(schema: &Value) -> Result<(), String> {
+    shape(schema, "schema", 0)
+}
+
+const TYPE_NAMES: [&str; 7] = [
+    "object", "array", "string", "boolean", "null", "number", "integer",
+];
+
+fn shape(schema: &Value, path: &str, depth: usize) -> Result<(), String> {
+    if depth > SpecBounds::MAX_SCHEMA_DEPTH {
+        return Err(format!("{path}: nested too deep"));
+    }
+    let s = match schema {
+        Value::Bool(_) => return Ok(()),
+        Value::Object(s) => s,
+        other => {
+            return Err(format!(
+                "{path}: a schema is an object or a boolean, not {}",
+                kind(other)
+            ))
+        }
+    };
+    let sub = |key: &str, v: &Value| shape(v, &format!("{path}.{key}"), depth + 1);
+    for (key, v) in s {
+        let bad = |want: &str| Err(format!("{path}.{key}: must be {want}, not {}", kind(v)));
+        match key.as_str() {
+            "type" => {
+                let names: Vec<&Value> = match v {
+                    Value::String(_) => vec![v],
+                    Value::Array(a) if !a.is_empty() => a.iter().collect(),
+                    _ => return bad("a type name or a non-empty list of them"),
+                };
+                for n in names {
+                    if !n.as_str().is_some_and(|n| TYPE_NAMES.contains(&n)) {
+                        return Err(format!("{path}.type: {n} is not a JSON Schema type"));
+                    }
+                }
+            }
+            "properties" | "patternProperties" | "$defs" | "definitions" => {
+                let Value::Object(m) = v else {
+                    return bad("an object of schemas");
+                };
+                for (name, p) in m {
+                    shape(p, &format!("{path}.{key}.{name}"), depth + 1)?;
+                }
+            }
+            "required" => {
+                if !v.as_array().is_some_and(|a| a.iter().all(Value::is_string)) {
+                    return bad("a list of property names");
+                }
+            }
+            "enum" => {
+                if !v.is_array() {
+                    return bad("a list");
+                }
+            }
+            "items" => match v {
+                Value::Array(a) => {
+                    for (i, p) in a.iter().enumerate() {
+                        shape(p, &format!("{path}.items[{i}]"), depth + 1)?;
+                    }
+                }
+                _ => sub(key, v)?,
+            },
+            "additionalProperties"
+            | "not"
+            | "contains"
+            | "propertyNames"
+            | "if"
+            | "then"
+            | "else"
+            | "additionalItems"
+            | "unevaluatedProperties"
+            | "unevaluatedItems" => sub(key, v)?,
+            "allOf" | "anyOf" | "oneOf" | "prefixItems" => {
+                let Value::Array(a) = v else {
+                    return bad("a list of schemas");
+                };
+                if a.is_empty() && key != "prefixItems" {
+                    return bad("a non-empty list of schemas");
+                }
+                for (i, p) in a.iter().enumerate() {
+                    shape(p, &format!("{path}.{key}[{i}]"), depth + 1)?;
+                }
+            }
+            "minimum" | "maximum" | "exclusiveMinimum" | "exclusiveMaximum" | "multipleOf" => {
+                if !v.is_number() {
+                    return bad("a number");
+                }
+            }
+            "minLength" | "maxLength" | "minItems" | "maxItems" | "minProperties"
+            | "maxProperties" => {
+                if v.as_u64().is_none() {
+                    return bad("a non-negative integer");
+                }
+            }
+            "pattern" | "format" | "$ref" | "$schema" | "$id" | "title" | "description" => {
+                if !v.is_string() {
+                    return bad("a string");
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 /// `Ok` or the first violation, with the JSON path of the offending value.
 /// Validation makes at most [`SpecBounds::VALIDATION_BUDGET`] checks; past
 /// that the arguments are refused as too costly to validate.
@@ -261,6 +372,44 @@ fn kind(v: &Value) -> &'static str {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn well_formed_takes_real_schemas_and_names_what_is_wrong() {
+        use serde_json::json;
+        for ok in [
+            json!({"type": "object", "properties": {"path": {"type": "string", "description": "x"}}, "required": ["path"]}),
+            json!({"$schema": "http://json-schema.org/draft-07/schema#", "type": "object", "additionalProperties": false, "properties": {"n": {"type": ["number", "null"], "minimum": 0}, "e": {"anyOf": [{"type": "string"}, {"const": 1}]}}, "$defs": {"d": true}}),
+            json!(true),
+        ] {
+            assert_eq!(well_formed(&ok), Ok(()), "{ok}");
+        }
+        for (bad, says) in [
+            (json!({"type": "objekt"}), "schema.type"),
+            (
+                json!({"type": "object", "properties": {"p": {"type": "strng"}}}),
+                "schema.properties.p.type",
+            ),
+            (
+                json!({"type": "object", "properties": []}),
+                "schema.properties: must be an object",
+            ),
+            (
+                json!({"type": "object", "required": "p"}),
+                "schema.required",
+            ),
+            (json!({"anyOf": []}), "non-empty list"),
+            (json!({"type": "string", "minLength": -1}), "minLength"),
+            (
+                json!({"type": "object", "properties": {"p": 3}}),
+                "schema.properties.p: a schema is an object or a boolean",
+            ),
+            (json!([1]), "a schema is an object"),
+        ] {
+            let e = well_formed(&bad).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e} should say {says:?}");
+        }
+    }
+
     use super::*;
     use serde_json::json;
 

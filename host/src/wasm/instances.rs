@@ -565,6 +565,7 @@ impl WasmTools {
             ConsumerError::Trapped { kind, message } => ToolError {
                 message,
                 trap: Some(kind),
+                fatal: false,
             },
             other => ToolError::new(other.to_string()),
         };
@@ -616,6 +617,7 @@ impl ToolProvider for WasmTools {
             ConsumerError::Trapped { kind, message } => ToolError {
                 message,
                 trap: Some(kind),
+                fatal: false,
             },
             other => ToolError::new(other.to_string()),
         })?;

@@ -58,10 +58,10 @@ const UPSERT_STEPS: &str = "INSERT INTO steps (run_id, idx, version, state, deci
 
 const UPSERT_APPROVALS: &str = "INSERT INTO approvals (id, run_id, step_idx, kind, status,
         tool, arguments, reason, presentation, hash, created_at, expires_at, decided_by,
-        note, decided_at, chain_head)
+        note, decided_at, chain_head, tool_pin)
      SELECT * FROM unnest($1::text[], $2::text[], $3::int8[], $4::text[], $5::text[],
          $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::int8[],
-         $12::int8[], $13::text[], $14::text[], $15::int8[], $16::text[])
+         $12::int8[], $13::text[], $14::text[], $15::int8[], $16::text[], $17::text[])
      ON CONFLICT (id) DO UPDATE SET status = excluded.status,
        decided_by = excluded.decided_by, note = excluded.note, decided_at = excluded.decided_at";
 
@@ -547,6 +547,7 @@ async fn write_rows(c: &Conn, ws: &[&Prepared], idx: &[usize]) -> Result<(), Sto
                 &approvals.note,
                 &approvals.decided_at,
                 &approvals.chain_head,
+                &approvals.tool_pin,
             ],
         )
         .await?;
@@ -753,6 +754,7 @@ struct ApprovalColumns<'a> {
     note: Vec<Option<&'a str>>,
     decided_at: Vec<Option<i64>>,
     chain_head: Vec<Option<&'a str>>,
+    tool_pin: Vec<Option<&'a str>>,
 }
 
 impl<'a> ApprovalColumns<'a> {
@@ -773,6 +775,7 @@ impl<'a> ApprovalColumns<'a> {
         self.note.push(r.note.as_deref());
         self.decided_at.push(r.decided_at);
         self.chain_head.push(r.chain_head.as_deref());
+        self.tool_pin.push(r.tool_pin.as_deref());
     }
 }
 

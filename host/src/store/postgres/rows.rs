@@ -7,7 +7,7 @@ use tokio_postgres::Row;
 
 pub const RUN_COLUMNS: &str = "id, goal, status, reason, result, limits, meta, step_count, model_calls, tokens, consecutive_failures, lease_owner, lease_expires, created_at, updated_at, retry_at, chain_len, chain_head";
 pub const STEP_COLUMNS: &str = "run_id, idx, version, state, decision, call_tool, call_args, effect, verdict, obs_kind, obs_content, started_at, updated_at";
-pub const APPROVAL_COLUMNS: &str = "id, run_id, step_idx, kind, status, tool, arguments, reason, presentation, hash, created_at, expires_at, decided_by, note, decided_at, chain_head";
+pub const APPROVAL_COLUMNS: &str = "id, run_id, step_idx, kind, status, tool, arguments, reason, presentation, hash, created_at, expires_at, decided_by, note, decided_at, chain_head, tool_pin";
 
 fn bad(e: tokio_postgres::Error) -> StoreError {
     StoreError::BadRow(e.to_string())
@@ -95,6 +95,7 @@ pub fn read_approval_row(row: &Row) -> Result<ApprovalRow, StoreError> {
         note: row.try_get(13).map_err(bad)?,
         decided_at: row.try_get(14).map_err(bad)?,
         chain_head: row.try_get(15).map_err(bad)?,
+        tool_pin: row.try_get(16).map_err(bad)?,
     })
 }
 

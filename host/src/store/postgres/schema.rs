@@ -115,6 +115,10 @@ ALTER TABLE events ADD COLUMN seals TEXT;
 ALTER TABLE events ADD COLUMN hash TEXT;
 ALTER TABLE approvals ADD COLUMN chain_head TEXT;
 "#,
+    // 3: the pin of an MCP tool's schemas an approval was given for.
+    r#"
+ALTER TABLE approvals ADD COLUMN tool_pin TEXT;
+"#,
 ];
 
 /// The migration that adds the chain: events before it are linked then.
@@ -227,9 +231,11 @@ async fn migrate_locked(c: &Conn, shown: &str) -> Result<(), StoreError> {
         c.batch(m).await?;
         c.execute("UPDATE keel_meta SET version = $1", &[&((i + 1) as i64)])
             .await?;
-        if i == CHAIN_MIGRATION && version > 0 {
-            backfill_chain(c).await?;
-        }
+    }
+    // Linked once every migration is in: the backfill reads the journal as
+    // this version reads it.
+    if version > 0 && (version as usize) <= CHAIN_MIGRATION {
+        backfill_chain(c).await?;
     }
     Ok(())
 }

@@ -50,7 +50,7 @@ const UPDATE_STEP: &str = "UPDATE steps SET version=?3, state=?4, decision=?5, c
         call_args=?7, effect=?8, verdict=?9, obs_kind=?10, obs_content=?11, updated_at=?13
      WHERE run_id=?1 AND idx=?2";
 static UPSERT_APPROVAL: LazyLock<String> = LazyLock::new(|| {
-    format!("INSERT INTO approvals ({APPROVAL_COLUMNS}) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16)
+    format!("INSERT INTO approvals ({APPROVAL_COLUMNS}) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17)
              ON CONFLICT(id) DO UPDATE SET status=excluded.status, decided_by=excluded.decided_by,
                note=excluded.note, decided_at=excluded.decided_at")
 });
@@ -216,7 +216,8 @@ impl<'c> Statements<'c> {
                 row.decided_by,
                 row.note,
                 row.decided_at,
-                row.chain_head
+                row.chain_head,
+                row.tool_pin
             ])?;
         }
         for m in &t.model_calls {

@@ -243,9 +243,11 @@ impl Store {
         for (i, m) in schema::MIGRATIONS.iter().enumerate().skip(version as usize) {
             tx.execute_batch(m)?;
             tx.pragma_update(None, "user_version", (i + 1) as i64)?;
-            if i == schema::CHAIN_MIGRATION && version > 0 {
-                self.backfill_chain()?;
-            }
+        }
+        // Linked once every migration is in: the backfill reads the
+        // journal as this version reads it.
+        if version > 0 && (version as usize) <= schema::CHAIN_MIGRATION {
+            self.backfill_chain()?;
         }
         tx.pragma_update(None, "application_id", schema::APPLICATION_ID)?;
         tx.commit()?;

@@ -28,7 +28,7 @@ impl StepRow {
     }
 }
 
-pub const APPROVAL_COLUMNS: &str = "id, run_id, step_idx, kind, status, tool, arguments, reason, presentation, hash, created_at, expires_at, decided_by, note, decided_at, chain_head";
+pub const APPROVAL_COLUMNS: &str = "id, run_id, step_idx, kind, status, tool, arguments, reason, presentation, hash, created_at, expires_at, decided_by, note, decided_at, chain_head, tool_pin";
 
 impl ApprovalRow {
     pub fn read(row: &Row<'_>) -> rusqlite::Result<ApprovalRow> {
@@ -49,6 +49,7 @@ impl ApprovalRow {
             note: row.get(13)?,
             decided_at: row.get(14)?,
             chain_head: row.get(15)?,
+            tool_pin: row.get(16)?,
         })
     }
 }

@@ -143,6 +143,10 @@ ALTER TABLE events ADD COLUMN seals TEXT;
 ALTER TABLE events ADD COLUMN hash TEXT;
 ALTER TABLE approvals ADD COLUMN chain_head TEXT;
 "#,
+    // 6: the pin of an MCP tool's schemas an approval was given for.
+    r#"
+ALTER TABLE approvals ADD COLUMN tool_pin TEXT;
+"#,
 ];
 
 /// The migration that adds the chain: events before it are linked then.
