@@ -686,15 +686,8 @@ impl<'r> Loop<'r> {
                     (Some(by), None) => format!("denied by {by}"),
                     _ => "the approval expired".to_string(),
                 };
-                let obs = Observation::message(ObservationKind::Denied, "reason", &why);
-                self.close_paused_step(
-                    step,
-                    obs,
-                    vec![],
-                    EventKind::RunResumed,
-                    json!({ "approval": a.id, "status": a.status }),
-                )
-                .await?;
+                self.close_denied(step, &why, json!({ "approval": a.id, "status": a.status }))
+                    .await?;
                 Ok(true)
             }
             ApprovalStatus::Approved => {
@@ -709,15 +702,8 @@ impl<'r> Loop<'r> {
                         a.tool_pin.as_deref().unwrap_or("(no pin)"),
                         now_pin.unwrap_or("(no pin)")
                     );
-                    let obs = Observation::message(ObservationKind::Denied, "reason", &why);
-                    self.close_paused_step(
-                        step,
-                        obs,
-                        vec![],
-                        EventKind::RunResumed,
-                        json!({ "approval": a.id, "status": a.status, "error": why }),
-                    )
-                    .await?;
+                    let data = json!({ "approval": a.id, "status": a.status, "error": why });
+                    self.close_denied(step, &why, data).await?;
                     return Ok(true);
                 }
                 let mut s = step;
@@ -779,6 +765,13 @@ impl<'r> Loop<'r> {
             }
         }
         Ok(())
+    }
+
+    /// Closes the paused step `s` as denied, saying `why`, and resumes.
+    async fn close_denied(&mut self, s: Step, why: &str, data: serde_json::Value) -> Flow<()> {
+        let obs = Observation::message(ObservationKind::Denied, "reason", why);
+        self.close_paused_step(s, obs, vec![], EventKind::RunResumed, data)
+            .await
     }
 
     async fn close_paused_step(
