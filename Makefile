@@ -1,6 +1,6 @@
 # Keel's build entry. `make help` lists the targets.
 #
-#   make quickstart   set up, build, and run the example with an approval
+#   make quickstart   set up, build what the example uses, run it with an approval
 #   make test         set up, build every plugin, run every test
 #   make e2e-model    the LLM example against a real model (not in test)
 #   make postgres     start the private PostgreSQL cluster, print its URL
@@ -18,13 +18,17 @@ OTHER_OUT := $(OUT)/policy-rules-c.wasm \
              $(OUT)/policy-rules-py.wasm $(OUT)/agent-scripted-py.wasm \
              $(OUT)/policy-rules-js.wasm $(OUT)/agent-scripted-js.wasm
 
-.PHONY: postgres help setup test-setup plugins rust-plugins test quickstart e2e-model check-bindings clean-plugins FORCE
+.PHONY: postgres help setup setup-rust test-setup plugins rust-plugins quickstart-plugins test quickstart e2e-model check-bindings clean-plugins FORCE
 
 help:
 	@sed -n 's/^#   //p' Makefile
 
 setup:
 	@scripts/setup.sh
+
+# Only what Rust guests need: the quickstart builds no other language.
+setup-rust:
+	@scripts/setup.sh --rust
 
 # The real servers the tests run against (LiteLLM's proxy).
 test-setup:
@@ -76,8 +80,16 @@ test: test-setup plugins check-bindings
 postgres:
 	@scripts/postgres.sh start
 
-quickstart: plugins
-	@cargo build -q -p keel
+# The quickstart builds only what it loads: three Rust components and the
+# keel binary. Each long step says so first; cargo shows its own progress.
+QUICKSTART_OUT := $(OUT)/agent-scripted-rust.wasm $(OUT)/policy-rules-rust.wasm $(OUT)/tool-fs-rust.wasm
+quickstart-plugins: setup-rust
+	@ls $(QUICKSTART_OUT) >/dev/null 2>&1 || echo "quickstart: building the agent, policy and tool components (the first time about two and a half minutes on two cores)"
+	@$(MAKE) -s $(QUICKSTART_OUT)
+
+quickstart: quickstart-plugins
+	@[ -x target/debug/keel ] || echo "quickstart: building the keel binary (the first time about six and a half minutes on two cores, seconds after)"
+	@cargo build -p keel
 	@examples/quickstart/run.sh
 
 # llama-cpp-python's server with Gemma 3 270M; the first run builds

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what building Keel's plugins needs, idempotently: the Rust
+# Installs what building Keel's plugins needs, idempotently (with --rust,
+# only the first of these): the Rust
 # wasm32-wasip2 target (or Debian's same-version compiler and library source
 # when rustup cannot fetch it), clang/lld/wasi-libc for C, componentize-py for
 # Python, componentize-js for JavaScript. When everything is present it only
@@ -55,6 +56,9 @@ else
   say "rustup cannot fetch wasm32-wasip2; using Debian's rustc-web with -Zbuild-std"
   apt_install rustc-web cargo-web rust-web-src
 fi
+
+# --rust: only what Rust guests need (the quickstart builds no other language).
+[ "${1:-}" = "--rust" ] && exit 0
 
 # C: clang, the wasm linker, wasi-libc and the wasm32 compiler builtins.
 apt_install clang-19 lld-19 wasi-libc libclang-rt-19-dev-wasm32
