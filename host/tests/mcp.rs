@@ -8,6 +8,8 @@
 
 mod common;
 
+use common::http::ServeProcess;
+
 use common::wasm::{plugin_path, test_cache};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -764,5 +766,75 @@ fn an_approval_given_for_one_schema_is_not_used_for_another() {
         Some(0),
         "the journal and the approval still verify: {}",
         text(&o)
+    );
+}
+
+/// `keel serve` drives runs with MCP tools, and its runs share one server
+/// process (one handshake, not one per run).
+#[test]
+fn keel_serve_drives_runs_that_share_one_server_process() {
+    let Some(good) = fault_server("") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("count.log");
+    let pids = dir.path().join("pids.log");
+    let expose = ["count"];
+    let pin = inspect(&good, &expose)["pin"].as_str().unwrap().to_string();
+    let tools = server_block(&good, &expose, &pin, "effect = { count = \"idempotent\" }").replacen(
+        "mcp = { command",
+        &format!(
+            "mcp = {{ env = {{ FAULT_LOG = \"{}\", FAULT_PIDS = \"{}\" }}, command",
+            log.display(),
+            pids.display()
+        ),
+        1,
+    );
+    let script =
+        r#"{ call = { tool = "count", arguments = { text = "served" } } }, { complete = 1 }"#;
+    let Some(cfg) = config(dir.path(), script, ALLOW_ALL, &tools) else {
+        return;
+    };
+    let db = dir.path().join("keel.db");
+    let store = db.to_str().unwrap();
+    // One run after another: each run's start finds the server already up.
+    let server = ServeProcess::start(store, &["--config", cfg.to_str().unwrap()]);
+    for n in 1..=3 {
+        let o = keel(&[
+            "--store",
+            store,
+            "submit",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--goal",
+            "g",
+        ]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        common::http::wait_for("the run to complete", || {
+            let o = keel(&["--store", store, "runs", "--json"]);
+            let runs: Value = serde_json::from_slice(&o.stdout).ok()?;
+            let done = runs
+                .as_array()?
+                .iter()
+                .filter(|r| r["status"] == "completed")
+                .count();
+            (done == n).then_some(())
+        });
+    }
+    let log_text = server.terminate();
+    assert_eq!(
+        std::fs::read_to_string(&log).unwrap(),
+        "served\nserved\nserved\n",
+        "{log_text}"
+    );
+    let seen: std::collections::BTreeSet<String> = std::fs::read_to_string(&pids)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(
+        seen.len(),
+        1,
+        "one server process for the three runs: {seen:?}"
     );
 }

@@ -5,7 +5,8 @@ Tools: echo (answers), crash (the process exits mid-call), hang (never
 answers), garbage (writes a line that is not JSON-RPC, then never
 answers), flood (sends notifications without end), mutate (rewrites
 echo's description, as a "rug pull" would, and says the tool list
-changed), count (appends to $FAULT_LOG and answers: for crash recovery).
+changed), count (appends to $FAULT_LOG, and its pid to $FAULT_PIDS if set,
+and answers: for crash recovery and for telling server processes apart).
 
 Modes (first argument): --rug-pulled starts with echo's description
 rewritten, --no-tools lists nothing, --bad-schema lists a
@@ -63,6 +64,9 @@ async def call_tool(ctx, params):
     if name == "count":
         with open(os.environ["FAULT_LOG"], "a") as f:
             f.write(args.get("text", "") + "\n")
+        if "FAULT_PIDS" in os.environ:
+            with open(os.environ["FAULT_PIDS"], "a") as f:
+                f.write(f"{os.getpid()}\n")
         return text("counted")
     if name == "crash":
         print("fault server: crashing on purpose", file=sys.stderr, flush=True)
