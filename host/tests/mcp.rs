@@ -838,3 +838,66 @@ fn keel_serve_drives_runs_that_share_one_server_process() {
         "one server process for the three runs: {seen:?}"
     );
 }
+
+/// A server that exits between two runs of `keel serve` (idle, no call
+/// in flight) is started again for the next run instead of failing it.
+#[test]
+fn a_server_that_exits_while_idle_is_started_again_for_the_next_run() {
+    let Some(good) = fault_server("") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let pids = dir.path().join("pids.log");
+    let expose = ["quit"];
+    let pin = inspect(&good, &expose)["pin"].as_str().unwrap().to_string();
+    let tools = server_block(&good, &expose, &pin, "").replacen(
+        "mcp = { command",
+        &format!(
+            "mcp = {{ env = {{ FAULT_PIDS = \"{}\" }}, command",
+            pids.display()
+        ),
+        1,
+    );
+    let script = r#"{ call = { tool = "quit", arguments = {} } }, { complete = 1 }"#;
+    let Some(cfg) = config(dir.path(), script, ALLOW_ALL, &tools) else {
+        return;
+    };
+    let db = dir.path().join("keel.db");
+    let store = db.to_str().unwrap();
+    let server = ServeProcess::start(store, &["--config", cfg.to_str().unwrap()]);
+    for n in 1..=2 {
+        let o = keel(&[
+            "--store",
+            store,
+            "submit",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--goal",
+            "g",
+        ]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        common::http::wait_for("the run to complete", || {
+            let o = keel(&["--store", store, "runs", "--json"]);
+            let runs: Value = serde_json::from_slice(&o.stdout).ok()?;
+            let done = runs
+                .as_array()?
+                .iter()
+                .filter(|r| r["status"] == "completed")
+                .count();
+            (done == n).then_some(())
+        });
+        // The server exits 50 ms after answering.
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    let log = server.terminate();
+    let seen: std::collections::BTreeSet<String> = std::fs::read_to_string(&pids)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(
+        seen.len(),
+        2,
+        "a fresh server for the second run: {seen:?} {log}"
+    );
+}

@@ -81,11 +81,7 @@ pub async fn run(cmd: McpCommand) -> anyhow::Result<i32> {
     let pin = mcp::pin_of(&exposed);
     let problems: Vec<String> = exposed
         .iter()
-        .filter_map(|(n, e)| {
-            crate::tools::schema::well_formed(&e["inputSchema"])
-                .err()
-                .map(|why| format!("tool {n:?}: its input schema is not valid: {why}"))
-        })
+        .filter_map(|(n, e)| mcp::check_input_schema(n, &e["inputSchema"]).err())
         .collect();
     if json {
         let out = json!({

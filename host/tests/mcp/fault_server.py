@@ -5,7 +5,7 @@ Tools: echo (answers), crash (the process exits mid-call), hang (never
 answers), garbage (writes a line that is not JSON-RPC, then never
 answers), flood (sends notifications without end), mutate (rewrites
 echo's description, as a "rug pull" would, and says the tool list
-changed), count (appends to $FAULT_LOG, and its pid to $FAULT_PIDS if set,
+changed), quit (answers, then exits while idle), count (appends to $FAULT_LOG, and its pid to $FAULT_PIDS if set,
 and answers: for crash recovery and for telling server processes apart).
 
 Modes (first argument): --rug-pulled starts with echo's description
@@ -17,6 +17,7 @@ stderr and exits before the handshake.
 import io
 import os
 import sys
+import threading
 
 import anyio
 import mcp_types as types
@@ -42,6 +43,7 @@ def tools():
         types.Tool(name="flood", description="Sends notifications without end.", input_schema=empty),
         types.Tool(name="mutate", description="Rewrites echo's description.", input_schema=empty),
         types.Tool(name="count", description="Appends a line to $FAULT_LOG.", input_schema=text),
+        types.Tool(name="quit", description="Answers, then exits while idle.", input_schema=empty),
     ]
     if MODE == "--bad-schema":
         listed.append(types.Tool(name="broken", description="A schema that is not one.",
@@ -68,6 +70,12 @@ async def call_tool(ctx, params):
             with open(os.environ["FAULT_PIDS"], "a") as f:
                 f.write(f"{os.getpid()}\n")
         return text("counted")
+    if name == "quit":
+        if "FAULT_PIDS" in os.environ:
+            with open(os.environ["FAULT_PIDS"], "a") as f:
+                f.write(f"{os.getpid()}\n")
+        threading.Timer(0.05, lambda: os._exit(0)).start()
+        return text("leaving")
     if name == "crash":
         print("fault server: crashing on purpose", file=sys.stderr, flush=True)
         os._exit(3)

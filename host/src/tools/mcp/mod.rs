@@ -21,8 +21,13 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Notifications one call may bring before it is failed as a flood.
+/// Notifications one call may bring before it is failed as a flood (its
+/// own progress notifications, or others while it is the only call).
 pub const MAX_NOTIFICATIONS_PER_CALL: u64 = 1_000;
+/// Tools a server may list.
+pub const MAX_LISTED_TOOLS: usize = 1_024;
+/// Pages a server's tool list may take.
+pub const MAX_LIST_PAGES: usize = 64;
 /// Bytes of a server's error text kept in the observation.
 const ERROR_TEXT_BYTES: usize = 4 << 10;
 
@@ -69,6 +74,13 @@ pub struct Started {
 pub struct McpServer {
     spec: ServerSpec,
     state: tokio::sync::Mutex<State>,
+    /// Held while the tools are listed again after a change, so that no
+    /// call passes the refusal check before the refusals are recorded.
+    rechecking: tokio::sync::Mutex<()>,
+    /// Numbers the calls' progress tokens (unique per server).
+    next_call: std::sync::atomic::AtomicU64,
+    /// Calls in flight, over which other notifications are shared.
+    in_flight: std::sync::atomic::AtomicU64,
 }
 
 #[derive(Default)]
@@ -86,6 +98,9 @@ impl McpServer {
         McpServer {
             spec,
             state: Default::default(),
+            rechecking: Default::default(),
+            next_call: Default::default(),
+            in_flight: Default::default(),
         }
     }
 
@@ -112,7 +127,7 @@ impl McpServer {
     pub async fn start(&self) -> Result<Started, McpError> {
         let mut st = self.state.lock().await;
         let conn = match &st.conn {
-            Some(c) if !c.service.is_closed() => c.clone(),
+            Some(c) if c.alive() => c.clone(),
             _ => {
                 let c = Arc::new(
                     conn::connect(&self.spec.endpoint, self.spec.start_timeout)
@@ -130,6 +145,11 @@ impl McpServer {
                 return Err(e);
             }
         };
+        if let Some(why) = conn.events.garbage() {
+            // Every call would fail on it: say so once, at the start.
+            st.conn = None;
+            return Err(self.refused(format!("its stdout cannot be trusted: {why}")));
+        }
         let exposed = self.exposed(&listed)?;
         // A schema that cannot be read is refused whatever the pin says.
         self.specs_of(&exposed)?;
@@ -142,7 +162,16 @@ impl McpServer {
         let pinned = if actual.eq_ignore_ascii_case(&self.spec.pin) {
             exposed
         } else {
-            let old = dir.as_ref().and_then(|d| d.find(&self.spec.pin));
+            // What the pin was taken over: kept on disk, or verified by an
+            // earlier run of this process.
+            let old = dir
+                .as_ref()
+                .and_then(|d| d.find(&self.spec.pin))
+                .or_else(|| {
+                    st.pinned
+                        .clone()
+                        .filter(|p| pin_of(p).eq_ignore_ascii_case(&self.spec.pin))
+                });
             let changes = old.as_ref().map(|o| diff(o, &exposed));
             let told = match &changes {
                 Some(c) => c
@@ -156,6 +185,17 @@ impl McpServer {
                 "the pin does not match the exposed tools: the config pins {}, the server's tools hash to {actual}: {told}",
                 self.spec.pin
             );
+            // Runs already going refuse the changed tools from now on,
+            // every exposed tool when what changed is not known.
+            let changed: Vec<String> = match &changes {
+                Some(c) => c.keys().cloned().collect(),
+                None => self.spec.expose.clone(),
+            };
+            for t in changed {
+                st.refused
+                    .entry(t)
+                    .or_insert_with(|| "the server's tools no longer match the pin".to_string());
+            }
             if self.spec.on_mismatch == PinMismatch::Fail {
                 return Err(self.refused(head));
             }
@@ -176,7 +216,10 @@ impl McpServer {
         };
         let specs = self.specs_of(&pinned)?;
         let pin = pin_of(&pinned);
-        st.refused.clear();
+        if dropped.is_empty() {
+            // The tools are as pinned again: nothing stays refused.
+            st.refused.clear();
+        }
         st.pinned = Some(pinned);
         Ok(Started {
             specs,
@@ -185,29 +228,49 @@ impl McpServer {
         })
     }
 
-    /// Every tool the server lists, by name, with its pinned fields.
+    /// Every tool the server lists, by name, with its pinned fields; at
+    /// most [`MAX_LISTED_TOOLS`] tools over [`MAX_LIST_PAGES`] pages, within
+    /// the start timeout.
     async fn list(&self, conn: &Conn) -> Result<Snapshot, McpError> {
-        let tools = tokio::time::timeout(
-            self.spec.start_timeout,
-            conn.service.peer().list_all_tools(),
-        )
-        .await
-        .map_err(|_| {
-            self.start_err(format!(
-                "it did not list its tools within {} ms{}",
-                self.spec.start_timeout.as_millis(),
-                conn.stderr.suffix()
-            ))
-        })?
-        .map_err(|e| {
-            self.start_err(format!(
-                "listing its tools failed: {e}{}",
-                conn.stderr.suffix()
-            ))
-        })?;
-        if tools.len() > crate::tools::schema::SpecBounds::MAX_TOOLS * 8 {
-            return Err(self.refused(format!("it lists {} tools", tools.len())));
-        }
+        let listing = async {
+            let mut tools = Vec::new();
+            let mut cursor = None;
+            for _ in 0..MAX_LIST_PAGES {
+                let page = conn
+                    .service
+                    .peer()
+                    .list_tools(Some(
+                        rmcp::model::PaginatedRequestParams::default().with_cursor(cursor),
+                    ))
+                    .await
+                    .map_err(|e| {
+                        self.start_err(format!(
+                            "listing its tools failed: {e}{}",
+                            conn.stderr.suffix()
+                        ))
+                    })?;
+                tools.extend(page.tools);
+                if tools.len() > MAX_LISTED_TOOLS {
+                    return Err(
+                        self.refused(format!("it lists more than {MAX_LISTED_TOOLS} tools"))
+                    );
+                }
+                match page.next_cursor {
+                    Some(c) => cursor = Some(c),
+                    None => return Ok(tools),
+                }
+            }
+            Err(self.refused(format!("its tool list goes on past {MAX_LIST_PAGES} pages")))
+        };
+        let tools = tokio::time::timeout(self.spec.start_timeout, listing)
+            .await
+            .map_err(|_| {
+                self.start_err(format!(
+                    "it did not list its tools within {} ms{}",
+                    self.spec.start_timeout.as_millis(),
+                    conn.stderr.suffix()
+                ))
+            })??;
         let mut out = Snapshot::new();
         for t in &tools {
             if out.insert(t.name.to_string(), entry(t)).is_some() {
@@ -255,16 +318,7 @@ impl McpServer {
         let mut out = Vec::new();
         for (name, e) in snap {
             let schema = &e["inputSchema"];
-            crate::tools::schema::well_formed(schema).map_err(|why| {
-                self.refused(format!(
-                    "tool {name:?}: its input schema is not a valid JSON Schema: {why}"
-                ))
-            })?;
-            if schema.get("type").and_then(|t| t.as_str()) != Some("object") {
-                return Err(self.refused(format!(
-                    "tool {name:?}: its input schema does not describe an object (`\"type\": \"object\"`)"
-                )));
-            }
+            check_input_schema(name, schema).map_err(|why| self.refused(why))?;
             out.push(ToolSpec {
                 name: name.clone(),
                 description: e["description"].as_str().unwrap_or("").to_string(),
@@ -281,7 +335,7 @@ impl McpServer {
     async fn conn(&self) -> Result<Arc<Conn>, ToolError> {
         let mut st = self.state.lock().await;
         if let Some(c) = &st.conn {
-            if !c.service.is_closed() {
+            if c.alive() {
                 return Ok(c.clone());
             }
         }
@@ -333,12 +387,40 @@ impl McpServer {
     }
 
     /// Calls tool `name` with `arguments` (a JSON object, validated).
+    /// The whole call, restarting and re-listing included, takes at most
+    /// the tool's deadline.
     pub async fn call(&self, name: &str, arguments: &str) -> Result<String, ToolError> {
+        let deadline = tokio::time::Instant::now() + self.spec.deadline;
+        // A stall before the request is sent (a restart, a re-listing, a
+        // lock another run holds) ends a little after the call's own
+        // deadline would have.
+        let outer = deadline + Duration::from_millis(50);
+        match tokio::time::timeout_at(outer, self.call_by(name, arguments, deadline)).await {
+            Ok(r) => r,
+            Err(_) => Err(ToolError::new(format!(
+                "{}: tool {name:?}: the server was not ready to take the call within {} ms",
+                self.spec.label,
+                self.spec.deadline.as_millis()
+            ))),
+        }
+    }
+
+    async fn call_by(
+        &self,
+        name: &str,
+        arguments: &str,
+        deadline: tokio::time::Instant,
+    ) -> Result<String, ToolError> {
         let conn = self.conn().await?;
-        if conn.events.tools_changed.swap(false, Ordering::SeqCst) {
-            if let Err(e) = self.recheck(&conn).await {
-                self.discard(&conn).await;
-                return Err(e);
+        {
+            let one = self.rechecking.lock().await;
+            if conn.events.tools_changed.load(Ordering::SeqCst) {
+                if let Err(e) = self.recheck(&conn).await {
+                    drop(one);
+                    self.discard(&conn).await;
+                    return Err(e);
+                }
+                conn.events.tools_changed.store(false, Ordering::SeqCst);
             }
         }
         if let Some(what) = self.state.lock().await.refused.get(name) {
@@ -354,14 +436,19 @@ impl McpServer {
         let args: serde_json::Map<String, serde_json::Value> = serde_json::from_str(arguments)
             .map_err(|e| ToolError::new(format!("arguments: {e}")))?;
         let mut params = CallToolRequestParams::new(name.to_string()).with_arguments(args);
-        let token = conn.events.notifications.load(Ordering::Relaxed);
-        params.set_progress_token(ProgressToken(NumberOrString::String(
-            format!("keel-{token}").into(),
-        )));
+        let token = format!("keel-{}", self.next_call.fetch_add(1, Ordering::Relaxed));
+        params.set_progress_token(ProgressToken(NumberOrString::String(token.clone().into())));
+        conn.events.track(&token);
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        let _done = CallDone {
+            events: &conn.events,
+            token: &token,
+            in_flight: &self.in_flight,
+        };
         let peer = conn.service.peer().clone();
         let call = peer.call_tool(params);
         tokio::pin!(call);
-        let deadline = tokio::time::sleep(self.spec.deadline);
+        let deadline = tokio::time::sleep_until(deadline);
         tokio::pin!(deadline);
         let before = conn.events.notifications.load(Ordering::Relaxed);
         let failed = |why: String| {
@@ -376,14 +463,15 @@ impl McpServer {
             tokio::pin!(woken);
             woken.as_mut().enable();
             if let Some(line) = conn.events.garbage() {
-                let e = failed(format!(
-                    "the server wrote a line that is not JSON-RPC: {line:?}"
-                ));
+                let e = failed(line);
                 self.discard(&conn).await;
                 return Err(e);
             }
-            let sent = conn.events.notifications.load(Ordering::Relaxed) - before;
-            if sent > MAX_NOTIFICATIONS_PER_CALL {
+            let others = conn.events.notifications.load(Ordering::Relaxed) - before;
+            let calls = self.in_flight.load(Ordering::SeqCst).max(1);
+            if conn.events.progress_of(&token) > MAX_NOTIFICATIONS_PER_CALL
+                || others > MAX_NOTIFICATIONS_PER_CALL * calls
+            {
                 let e = failed(format!(
                     "the server sent more than {MAX_NOTIFICATIONS_PER_CALL} notifications during the call"
                 ));
@@ -456,6 +544,28 @@ impl McpServer {
     }
 }
 
+/// `Ok` if `schema` is one Keel can validate a tool's arguments against:
+/// a valid JSON Schema describing an object, within the spec bounds.
+pub fn check_input_schema(name: &str, schema: &serde_json::Value) -> Result<(), String> {
+    crate::tools::schema::well_formed(schema).map_err(|why| {
+        format!("tool {name:?}: its input schema is not a valid JSON Schema: {why}")
+    })?;
+    if schema.get("type").and_then(|t| t.as_str()) != Some("object") {
+        return Err(format!(
+            "tool {name:?}: its input schema does not describe an object (`\"type\": \"object\"`)"
+        ));
+    }
+    let text = canonical_json(schema);
+    let bound = crate::tools::schema::SpecBounds::MAX_SCHEMA_BYTES;
+    if text.len() > bound {
+        return Err(format!(
+            "tool {name:?}: its input schema is {} bytes, over the limit of {bound}",
+            text.len()
+        ));
+    }
+    Ok(())
+}
+
 /// What `keel mcp inspect` shows of a server.
 pub struct Inspection {
     /// `name version` as the server gave them in the handshake.
@@ -500,6 +610,20 @@ pub async fn inspect(endpoint: &Endpoint, timeout: Duration) -> Result<Inspectio
         protocol,
         tools,
     })
+}
+
+/// Ends a call's bookkeeping however the call ends.
+struct CallDone<'a> {
+    events: &'a conn::Events,
+    token: &'a str,
+    in_flight: &'a std::sync::atomic::AtomicU64,
+}
+
+impl Drop for CallDone<'_> {
+    fn drop(&mut self) {
+        self.events.forget(self.token);
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// A run's view of one server: the tools its start found.
