@@ -65,8 +65,11 @@ pub struct Events {
     pub notifications: AtomicU64,
     /// The server said its tool list changed, and no one has listed since.
     pub tools_changed: AtomicBool,
-    /// The first line on stdout that was not JSON-RPC, quoted.
+    /// Why stdout cannot be trusted any more: the first line that was not
+    /// JSON-RPC (quoted), or a message over [`MAX_LINE_BYTES`].
     pub garbage: Mutex<Option<String>>,
+    /// Progress notifications per progress token (one token per call).
+    pub progress: Mutex<std::collections::HashMap<String, u64>>,
     /// Woken on every notification and on garbage.
     pub wake: tokio::sync::Notify,
 }
@@ -80,6 +83,35 @@ impl Events {
     pub fn garbage(&self) -> Option<String> {
         self.garbage.lock().ok().and_then(|g| g.clone())
     }
+
+    fn broken(&self, why: String) {
+        if let Ok(mut g) = self.garbage.lock() {
+            g.get_or_insert(why);
+        }
+        self.wake.notify_waiters();
+    }
+
+    /// Counts `token`'s progress notifications from now on.
+    pub fn track(&self, token: &str) {
+        if let Ok(mut m) = self.progress.lock() {
+            m.insert(token.to_string(), 0);
+        }
+    }
+
+    /// Progress notifications so far for `token`.
+    pub fn progress_of(&self, token: &str) -> u64 {
+        self.progress
+            .lock()
+            .map(|m| m.get(token).copied().unwrap_or(0))
+            .unwrap_or(0)
+    }
+
+    /// Forgets `token` once its call is over.
+    pub fn forget(&self, token: &str) {
+        if let Ok(mut m) = self.progress.lock() {
+            m.remove(token);
+        }
+    }
 }
 
 /// The client side of the protocol: Keel offers no sampling, roots or
@@ -91,10 +123,21 @@ pub struct Handler {
 impl ClientHandler for Handler {
     async fn on_progress(
         &self,
-        _params: ProgressNotificationParam,
+        params: ProgressNotificationParam,
         _context: NotificationContext<RoleClient>,
     ) {
-        self.events.notified();
+        let token = match &params.progress_token.0 {
+            rmcp::model::NumberOrString::String(s) => s.to_string(),
+            rmcp::model::NumberOrString::Number(n) => n.to_string(),
+        };
+        if let Ok(mut m) = self.events.progress.lock() {
+            // Only tokens of calls in flight are counted: a server cannot
+            // grow the map with tokens of its own.
+            if let Some(n) = m.get_mut(&token) {
+                *n += 1;
+            }
+        }
+        self.events.wake.notify_waiters();
     }
 
     #[allow(deprecated)]
@@ -211,7 +254,8 @@ struct Tap<R> {
 
 enum LineState {
     Start,
-    Json,
+    /// A JSON line, this many bytes in.
+    Json(usize),
     Garbage(Vec<u8>),
 }
 
@@ -221,12 +265,20 @@ impl<R> Tap<R> {
             match &mut self.line {
                 LineState::Start => match b {
                     b' ' | b'\t' | b'\r' | b'\n' => {}
-                    b'{' | b'[' => self.line = LineState::Json,
+                    b'{' | b'[' => self.line = LineState::Json(1),
                     _ => self.line = LineState::Garbage(vec![b]),
                 },
-                LineState::Json => {
+                LineState::Json(n) => {
                     if b == b'\n' {
                         self.line = LineState::Start;
+                    } else {
+                        *n += 1;
+                        if *n == MAX_LINE_BYTES + 1 {
+                            // rmcp drops such a line without a word.
+                            self.events.broken(format!(
+                                "the server sent a message over {MAX_LINE_BYTES} bytes"
+                            ));
+                        }
                     }
                 }
                 LineState::Garbage(quote) => {
@@ -237,10 +289,9 @@ impl<R> Tap<R> {
                         continue;
                     }
                     let text = String::from_utf8_lossy(quote).trim_end().to_string();
-                    if let Ok(mut g) = self.events.garbage.lock() {
-                        g.get_or_insert(text);
-                    }
-                    self.events.wake.notify_waiters();
+                    self.events.broken(format!(
+                        "the server wrote a line that is not JSON-RPC: {text:?}"
+                    ));
                     self.line = LineState::Start;
                 }
             }
@@ -284,18 +335,19 @@ pub struct Conn {
 }
 
 impl Conn {
+    /// Whether the connection still carries messages (a server that exited
+    /// while idle leaves the service open but its transport closed).
+    pub fn alive(&self) -> bool {
+        !self.service.is_closed() && !self.service.peer().is_transport_closed()
+    }
+
     /// Ends the connection now: the service stops and the server's whole
     /// process group is killed (and reaped).
     pub fn kill(&self) {
         self.service.cancellation_token().cancel();
         let child = self.child.lock().ok().and_then(|mut c| c.take());
-        if let Some(mut child) = child {
-            let _ = child.start_kill();
-            if let Ok(rt) = tokio::runtime::Handle::try_current() {
-                rt.spawn(async move {
-                    let _ = child.wait().await;
-                });
-            }
+        if let Some(child) = child {
+            reap(child);
         }
     }
 }
@@ -304,6 +356,28 @@ impl Drop for Conn {
     fn drop(&mut self) {
         // The whole group: `npx` and the `node` it started alike.
         self.kill();
+    }
+}
+
+/// A server's process group until a [`Conn`] owns it: killed and reaped
+/// when dropped.
+struct GroupGuard(Option<Box<dyn ChildWrapper>>);
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        if let Some(child) = self.0.take() {
+            reap(child);
+        }
+    }
+}
+
+/// Kills `child`'s process group and waits for it in the background.
+fn reap(mut child: Box<dyn ChildWrapper>) {
+    let _ = child.start_kill();
+    if let Ok(rt) = tokio::runtime::Handle::try_current() {
+        rt.spawn(async move {
+            let _ = child.wait().await;
+        });
     }
 }
 
@@ -347,7 +421,7 @@ pub async fn connect(endpoint: &Endpoint, timeout: Duration) -> Result<Conn, Con
                 }
             });
             cmd.wrap(ProcessGroup::leader());
-            let mut child = cmd.spawn().map_err(|e| ConnectError::Spawn {
+            let child = cmd.spawn().map_err(|e| ConnectError::Spawn {
                 reason: match e.kind() {
                     std::io::ErrorKind::NotFound => {
                         format!(
@@ -358,8 +432,13 @@ pub async fn connect(endpoint: &Endpoint, timeout: Duration) -> Result<Conn, Con
                     _ => e.to_string(),
                 },
             })?;
+            // Killed (the whole group) and reaped on every way out of here
+            // but success, a dropped future included.
+            let mut guard = GroupGuard(Some(child));
+            let Some(child) = guard.0.as_mut() else {
+                unreachable!("the guard holds the child it was given")
+            };
             let (Some(stdin), Some(stdout)) = (child.stdin().take(), child.stdout().take()) else {
-                let _ = child.start_kill();
                 return Err(ConnectError::Spawn {
                     reason: "its stdio pipes could not be opened".into(),
                 });
@@ -374,15 +453,13 @@ pub async fn connect(endpoint: &Endpoint, timeout: Duration) -> Result<Conn, Con
             };
             let started = tokio::time::timeout(timeout, handler.serve((tap, stdin))).await;
             match started {
-                Ok(Ok(s)) => (s, Some(child)),
+                Ok(Ok(s)) => (s, guard.0.take()),
                 Ok(Err(e)) => {
-                    let _ = child.start_kill();
                     // Its last words reach the tail before it is read.
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     return Err(handshake_failed(e.to_string(), &stderr));
                 }
                 Err(_) => {
-                    let _ = child.start_kill();
                     return Err(handshake_failed(
                         format!("no answer within {} ms", timeout.as_millis()),
                         &stderr,
@@ -411,9 +488,7 @@ pub async fn connect(endpoint: &Endpoint, timeout: Duration) -> Result<Conn, Con
         .unwrap_or_default();
     if !ACCEPTED_VERSIONS.contains(&protocol.as_str()) {
         service.cancellation_token().cancel();
-        if let Some(mut c) = child {
-            let _ = c.start_kill();
-        }
+        drop(GroupGuard(child));
         return Err(ConnectError::Handshake {
             reason: format!(
                 "it settled on protocol version {protocol:?}, which Keel does not speak (it speaks {})",
