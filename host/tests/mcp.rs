@@ -109,12 +109,62 @@ fn inspect(command: &[String], expose: &[&str]) -> Value {
 
 /// A `[[tools]]` block for a stdio server.
 fn server_block(command: &[String], expose: &[&str], pin: &str, more: &str) -> String {
+    server_block_env(command, &[], expose, pin, more)
+}
+
+/// [`server_block`] with `env` given to the server.
+fn server_block_env(
+    command: &[String],
+    env: &[(&str, &str)],
+    expose: &[&str],
+    pin: &str,
+    more: &str,
+) -> String {
     let e: Vec<String> = expose.iter().map(|s| s.to_string()).collect();
+    let vars: Vec<String> = env
+        .iter()
+        .map(|(k, v)| format!("{k} = {}", serde_json::to_string(v).unwrap()))
+        .collect();
     format!(
-        "[[tools]]\nmcp = {{ command = {} }}\nexpose = {}\npin = \"{pin}\"\n{more}\n",
+        "[[tools]]\nmcp = {{ env = {{ {} }}, command = {} }}\nexpose = {}\npin = \"{pin}\"\n{more}\n",
+        vars.join(", "),
         toml_list(command),
         toml_list(&e)
     )
+}
+
+/// Submits a run of `cfg` to the store a `keel serve` drives and waits
+/// until `n` runs have completed.
+fn submit_and_wait(store: &str, cfg: &Path, n: usize) {
+    let o = keel(&[
+        "--store",
+        store,
+        "submit",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--goal",
+        "g",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    common::http::wait_for("the run to complete", || {
+        let o = keel(&["--store", store, "runs", "--json"]);
+        let runs: Value = serde_json::from_slice(&o.stdout).ok()?;
+        let done = runs
+            .as_array()?
+            .iter()
+            .filter(|r| r["status"] == "completed")
+            .count();
+        (done == n).then_some(())
+    });
+}
+
+/// The distinct pids the fault server wrote to `file`.
+fn pids_in(file: &Path) -> std::collections::BTreeSet<String> {
+    std::fs::read_to_string(file)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect()
 }
 
 /// A config in `dir`: the scripted agent makes `script`'s calls (TOML
@@ -291,10 +341,12 @@ fn the_everything_server_echoes_adds_runs_long_and_notifies() {
         { call = { tool = "get-structured-content", arguments = { location = "New York" } } },
         { call = { tool = "get-env", arguments = {} } },
         { complete = { ok = true } }"#;
-    let tools = server_block(&command, &expose, found["pin"].as_str().unwrap(), "").replacen(
-        "mcp = { command",
-        "mcp = { env = { KEEL_GREETING = \"configured\" }, command",
-        1,
+    let tools = server_block_env(
+        &command,
+        &[("KEEL_GREETING", "configured")],
+        &expose,
+        found["pin"].as_str().unwrap(),
+        "",
     );
     let Some(cfg) = config(dir.path(), script, ALLOW_ALL, &tools) else {
         return;
@@ -518,19 +570,13 @@ fn after_a_crash_an_idempotent_call_is_retried_and_a_destructive_one_waits() {
             format!("effect = {{ count = \"{effect}\" }}")
         };
         // The server is told where to count through its configured env.
-        let tools = server_block(
+        let log_path = log.display().to_string();
+        let tools = server_block_env(
             &command,
+            &[("FAULT_LOG", &log_path)],
             &expose,
             found["pin"].as_str().unwrap(),
             &effect_line,
-        )
-        .replacen(
-            "mcp = { command",
-            &format!(
-                "mcp = {{ env = {{ FAULT_LOG = \"{}\" }}, command",
-                log.display()
-            ),
-            1,
         );
         let Some(cfg) = config(dir.path(), script, ALLOW_ALL, &tools) else {
             return;
@@ -706,15 +752,9 @@ fn an_approval_given_for_one_schema_is_not_used_for_another() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("count.log");
     let expose = ["count", "echo"];
+    let log_path = log.display().to_string();
     let with_log = |command: &[String], pin: &str| {
-        server_block(command, &expose, pin, "").replacen(
-            "mcp = { command",
-            &format!(
-                "mcp = {{ env = {{ FAULT_LOG = \"{}\" }}, command",
-                log.display()
-            ),
-            1,
-        )
+        server_block_env(command, &[("FAULT_LOG", &log_path)], &expose, pin, "")
     };
     let before = inspect(&good, &expose)["pin"].as_str().unwrap().to_string();
     let after = inspect(&rugged, &expose)["pin"]
@@ -781,14 +821,13 @@ fn keel_serve_drives_runs_that_share_one_server_process() {
     let pids = dir.path().join("pids.log");
     let expose = ["count"];
     let pin = inspect(&good, &expose)["pin"].as_str().unwrap().to_string();
-    let tools = server_block(&good, &expose, &pin, "effect = { count = \"idempotent\" }").replacen(
-        "mcp = { command",
-        &format!(
-            "mcp = {{ env = {{ FAULT_LOG = \"{}\", FAULT_PIDS = \"{}\" }}, command",
-            log.display(),
-            pids.display()
-        ),
-        1,
+    let (log_path, pids_path) = (log.display().to_string(), pids.display().to_string());
+    let tools = server_block_env(
+        &good,
+        &[("FAULT_LOG", &log_path), ("FAULT_PIDS", &pids_path)],
+        &expose,
+        &pin,
+        "effect = { count = \"idempotent\" }",
     );
     let script =
         r#"{ call = { tool = "count", arguments = { text = "served" } } }, { complete = 1 }"#;
@@ -800,26 +839,7 @@ fn keel_serve_drives_runs_that_share_one_server_process() {
     // One run after another: each run's start finds the server already up.
     let server = ServeProcess::start(store, &["--config", cfg.to_str().unwrap()]);
     for n in 1..=3 {
-        let o = keel(&[
-            "--store",
-            store,
-            "submit",
-            "--config",
-            cfg.to_str().unwrap(),
-            "--goal",
-            "g",
-        ]);
-        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-        common::http::wait_for("the run to complete", || {
-            let o = keel(&["--store", store, "runs", "--json"]);
-            let runs: Value = serde_json::from_slice(&o.stdout).ok()?;
-            let done = runs
-                .as_array()?
-                .iter()
-                .filter(|r| r["status"] == "completed")
-                .count();
-            (done == n).then_some(())
-        });
+        submit_and_wait(store, &cfg, n);
     }
     let log_text = server.terminate();
     assert_eq!(
@@ -827,11 +847,7 @@ fn keel_serve_drives_runs_that_share_one_server_process() {
         "served\nserved\nserved\n",
         "{log_text}"
     );
-    let seen: std::collections::BTreeSet<String> = std::fs::read_to_string(&pids)
-        .unwrap()
-        .lines()
-        .map(str::to_string)
-        .collect();
+    let seen = pids_in(&pids);
     assert_eq!(
         seen.len(),
         1,
@@ -850,14 +866,8 @@ fn a_server_that_exits_while_idle_is_started_again_for_the_next_run() {
     let pids = dir.path().join("pids.log");
     let expose = ["quit"];
     let pin = inspect(&good, &expose)["pin"].as_str().unwrap().to_string();
-    let tools = server_block(&good, &expose, &pin, "").replacen(
-        "mcp = { command",
-        &format!(
-            "mcp = {{ env = {{ FAULT_PIDS = \"{}\" }}, command",
-            pids.display()
-        ),
-        1,
-    );
+    let pids_path = pids.display().to_string();
+    let tools = server_block_env(&good, &[("FAULT_PIDS", &pids_path)], &expose, &pin, "");
     let script = r#"{ call = { tool = "quit", arguments = {} } }, { complete = 1 }"#;
     let Some(cfg) = config(dir.path(), script, ALLOW_ALL, &tools) else {
         return;
@@ -866,35 +876,12 @@ fn a_server_that_exits_while_idle_is_started_again_for_the_next_run() {
     let store = db.to_str().unwrap();
     let server = ServeProcess::start(store, &["--config", cfg.to_str().unwrap()]);
     for n in 1..=2 {
-        let o = keel(&[
-            "--store",
-            store,
-            "submit",
-            "--config",
-            cfg.to_str().unwrap(),
-            "--goal",
-            "g",
-        ]);
-        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-        common::http::wait_for("the run to complete", || {
-            let o = keel(&["--store", store, "runs", "--json"]);
-            let runs: Value = serde_json::from_slice(&o.stdout).ok()?;
-            let done = runs
-                .as_array()?
-                .iter()
-                .filter(|r| r["status"] == "completed")
-                .count();
-            (done == n).then_some(())
-        });
+        submit_and_wait(store, &cfg, n);
         // The server exits 50 ms after answering.
         std::thread::sleep(std::time::Duration::from_millis(500));
     }
     let log = server.terminate();
-    let seen: std::collections::BTreeSet<String> = std::fs::read_to_string(&pids)
-        .unwrap()
-        .lines()
-        .map(str::to_string)
-        .collect();
+    let seen = pids_in(&pids);
     assert_eq!(
         seen.len(),
         2,

@@ -301,15 +301,15 @@ impl<R> Tap<R> {
 
 impl<R: AsyncRead + Unpin> AsyncRead for Tap<R> {
     fn poll_read(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
         let before = buf.filled().len();
-        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
+        let r = Pin::new(&mut this.inner).poll_read(cx, buf);
         if let Poll::Ready(Ok(())) = &r {
-            let fresh = buf.filled()[before..].to_vec();
-            self.scan(&fresh);
+            this.scan(&buf.filled()[before..]);
         }
         r
     }

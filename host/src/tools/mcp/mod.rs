@@ -152,7 +152,7 @@ impl McpServer {
         }
         let exposed = self.exposed(&listed)?;
         // A schema that cannot be read is refused whatever the pin says.
-        self.specs_of(&exposed)?;
+        let exposed_specs = self.specs_of(&exposed)?;
         let dir = self.spec.snapshots.clone().map(SnapshotDir);
         if let Some(d) = &dir {
             d.keep(&exposed);
@@ -214,7 +214,10 @@ impl McpServer {
             }
             keep
         };
-        let specs = self.specs_of(&pinned)?;
+        let specs: Vec<ToolSpec> = exposed_specs
+            .into_iter()
+            .filter(|s| pinned.contains_key(&s.name))
+            .collect();
         let pin = pin_of(&pinned);
         if dropped.is_empty() {
             // The tools are as pinned again: nothing stays refused.
