@@ -120,8 +120,8 @@ pub struct ToolError {
     pub message: String,
     pub trap: Option<TrapKind>,
     /// The run cannot go on (an MCP tool whose pinned schema changed, with
-    /// `on_pin_mismatch = "fail"`): the run fails instead of showing the
-    /// agent the error.
+    /// `on_pin_mismatch = "fail"`): the error is the step's observation and
+    /// the run fails with it.
     pub fatal: bool,
 }
 

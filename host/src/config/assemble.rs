@@ -269,9 +269,9 @@ async fn add_mcp(
         .start()
         .await
         .with_context(|| format!("{}: tools[{i}]", cfg.path.display()))?;
+    // Logged at warn, which `keel run` and `keel serve` both show.
     for line in &started.dropped {
-        tracing::warn!("{line}");
-        eprintln!("{}", keel_guest::render::cap(line, 2000));
+        tracing::warn!("{}", keel_guest::render::cap(line, 2000));
     }
     let names: Vec<String> = started.specs.iter().map(|s| s.name.clone()).collect();
     let tools = McpTools::new(server.clone(), started.specs);
