@@ -46,7 +46,8 @@ $(OUT)/%-rust.wasm: FORCE
 $(OUT)/policy-rules-c.wasm: $(WIT) $(wildcard plugins/policy-rules/c/*.[ch] plugins/policy-rules/c/gen/*) plugins/policy-rules/c/build.sh $(wildcard xtask/src/*.rs)
 	@mkdir -p $(OUT) && plugins/policy-rules/c/build.sh $@
 
-$(OUT)/%-py.wasm: $(WIT) $(wildcard plugins/%/python/*.py) plugins/%/python/build.sh
+PY_SDK := $(wildcard guest-sdk/python/keel_guest/*.py) guest-sdk/python/build.sh
+$(OUT)/%-py.wasm: $(WIT) $(wildcard plugins/%/python/*.py) plugins/%/python/build.sh $(PY_SDK)
 	@mkdir -p $(OUT) && plugins/$*/python/build.sh $@
 
 $(OUT)/%-js.wasm: $(WIT) $(wildcard plugins/%/js/*.js) plugins/%/js/build.sh scripts/js/package-lock.json
@@ -64,8 +65,9 @@ check-bindings:
 FORCE:
 
 test: test-setup plugins check-bindings
-	python3 -m unittest discover -s plugins/policy-rules/python
-	python3 -m unittest discover -s plugins/agent-scripted/python
+	PYTHONPATH=guest-sdk/python python3 -m unittest discover -s guest-sdk/python/tests
+	PYTHONPATH=guest-sdk/python python3 -m unittest discover -s plugins/policy-rules/python
+	PYTHONPATH=guest-sdk/python python3 -m unittest discover -s plugins/agent-scripted/python
 	node --test plugins/policy-rules/js plugins/agent-scripted/js
 	plugins/policy-rules/c/test.sh
 	scripts/bench-ab.sh --self-test

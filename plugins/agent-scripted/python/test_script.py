@@ -2,18 +2,33 @@
 
 import json
 import unittest
-from types import SimpleNamespace
-
-from script import ConfigError, Decision, Script, View
+from keel_guest import Approval, ConfigError, Decision, RunInfo, Step, ToolCall, View, ViewDelta
+from script import Script
 
 
 def step(index, decided, version=1):
-    decision = SimpleNamespace(kind="call") if decided else None
-    return SimpleNamespace(index=index, version=version, decision=decision)
+    decision = Decision.fail("x") if decided else None
+    return Step(index, version, "decided" if decided else "started", decision)
 
 
 def approval(id_, status="pending"):
-    return SimpleNamespace(id=id_, status=status)
+    return Approval(id_, 0, "policy", status, ToolCall("t"))
+
+
+def apply(view, reset, steps, approvals):
+    view.apply(ViewDelta(reset, RunInfo("r", "g"), tuple(steps), tuple(approvals)))
+
+
+def call(tool, arguments):
+    return Decision("call", call=ToolCall(tool, arguments))
+
+
+def complete(text):
+    return Decision("complete", value=text)
+
+
+def approvals(view):
+    return {a.id: a for a in view.approvals}
 
 
 README_CONFIG = {
@@ -27,97 +42,97 @@ README_CONFIG = {
 
 class Order(unittest.TestCase):
     def setUp(self):
-        self.script = Script.parse(json.dumps(README_CONFIG))
+        self.script = Script(json.dumps(README_CONFIG))
 
     def test_parsed_decisions(self):
         self.assertEqual(
             self.script.decisions,
             [
-                Decision.call("fs_write", '{"path":"hello.txt","content":"hi"}'),
-                Decision.call("fs_read", '{"path":"hello.txt"}'),
-                Decision.complete('{"wrote":"hello.txt"}'),
+                call("fs_write", '{"path":"hello.txt","content":"hi"}'),
+                call("fs_read", '{"path":"hello.txt"}'),
+                complete('{"wrote":"hello.txt"}'),
             ],
         )
 
     def test_position_is_decided_step_count(self):
         view = View()
-        view.apply(True, [], [])
-        self.assertEqual(self.script.decide(view).tool, "fs_write")
-        view.apply(False, [step(0, True)], [])
-        self.assertEqual(self.script.decide(view).tool, "fs_read")
-        view.apply(False, [step(1, True)], [])
-        self.assertEqual(self.script.decide(view), Decision.complete('{"wrote":"hello.txt"}'))
+        apply(view, True, [], [])
+        self.assertEqual(self.script.decide(view).call.tool, "fs_write")
+        apply(view, False, [step(0, True)], [])
+        self.assertEqual(self.script.decide(view).call.tool, "fs_read")
+        apply(view, False, [step(1, True)], [])
+        self.assertEqual(self.script.decide(view), complete('{"wrote":"hello.txt"}'))
 
     def test_undecided_steps_do_not_count(self):
         view = View()
-        view.apply(True, [step(0, True), step(1, False)], [])
-        self.assertEqual(self.script.decide(view).tool, "fs_read")
+        apply(view, True, [step(0, True), step(1, False)], [])
+        self.assertEqual(self.script.decide(view).call.tool, "fs_read")
 
     def test_delta_upserts_by_index(self):
         view = View()
-        view.apply(True, [step(0, True), step(1, False)], [approval("a")])
+        apply(view, True, [step(0, True), step(1, False)], [approval("a")])
         # step 1 changes (decided now), step 0 is not sent again
-        view.apply(False, [step(1, True, version=2)], [approval("a", "approved"), approval("b")])
-        self.assertEqual(view.decided_count(), 2)
-        self.assertEqual(sorted(view.steps), [0, 1])
-        self.assertEqual(view.approvals["a"].status, "approved")
-        self.assertEqual(sorted(view.approvals), ["a", "b"])
+        apply(view, False, [step(1, True, version=2)], [approval("a", "approved"), approval("b")])
+        self.assertEqual(view.decided_steps, 2)
+        self.assertEqual([s.index for s in view.steps], [0, 1])
+        self.assertEqual(approvals(view)["a"].status, "approved")
+        self.assertEqual(sorted(approvals(view)), ["a", "b"])
         # re-sending a step replaces it, it does not add one
-        view.apply(False, [step(1, True, version=3)], [])
-        self.assertEqual(view.decided_count(), 2)
+        apply(view, False, [step(1, True, version=3)], [])
+        self.assertEqual(view.decided_steps, 2)
         self.assertEqual(self.script.decide(view).kind, "complete")
 
     def test_reset_clears(self):
         view = View()
-        view.apply(True, [step(0, True), step(1, True)], [approval("a")])
-        view.apply(True, [step(0, True)], [])
-        self.assertEqual(view.decided_count(), 1)
-        self.assertEqual(view.approvals, {})
-        self.assertEqual(self.script.decide(view).tool, "fs_read")
+        apply(view, True, [step(0, True), step(1, True)], [approval("a")])
+        apply(view, True, [step(0, True)], [])
+        self.assertEqual(view.decided_steps, 1)
+        self.assertEqual(view.approvals, ())
+        self.assertEqual(self.script.decide(view).call.tool, "fs_read")
 
     def test_resume_from_fresh_instance(self):
         # a fresh instance sees the whole run at once and continues where it is
         view = View()
-        view.apply(True, [step(0, True), step(1, True)], [])
+        apply(view, True, [step(0, True), step(1, True)], [])
         self.assertEqual(self.script.decide(view).kind, "complete")
 
     def test_exhausted(self):
         view = View()
-        view.apply(True, [step(i, True) for i in range(3)], [])
+        apply(view, True, [step(i, True) for i in range(3)], [])
         self.assertEqual(self.script.decide(view), Decision.fail("script exhausted after 3 decisions"))
-        view.apply(False, [step(3, True)], [])
+        apply(view, False, [step(3, True)], [])
         self.assertEqual(self.script.decide(view), Decision.fail("script exhausted after 3 decisions"))
 
     def test_empty_script(self):
-        s = Script.parse('{"script":[]}')
+        s = Script('{"script":[]}')
         self.assertEqual(s.decide(View()), Decision.fail("script exhausted after 0 decisions"))
 
 
 class Entries(unittest.TestCase):
     def one(self, entry):
-        return Script.parse(json.dumps({"script": [entry]})).decisions[0]
+        return Script(json.dumps({"script": [entry]})).decisions[0]
 
     def test_call_default_arguments(self):
-        self.assertEqual(self.one({"call": {"tool": "t"}}), Decision.call("t", "{}"))
+        self.assertEqual(self.one({"call": {"tool": "t"}}), call("t", "{}"))
 
     def test_call_arguments_compact_any_json(self):
-        self.assertEqual(self.one({"call": {"tool": "t", "arguments": {"a": [1, 2], "b": {"c": None}}}}).arguments,
+        self.assertEqual(self.one({"call": {"tool": "t", "arguments": {"a": [1, 2], "b": {"c": None}}}}).call.arguments,
                          '{"a":[1,2],"b":{"c":null}}')
-        self.assertEqual(self.one({"call": {"tool": "t", "arguments": [1, "x"]}}).arguments, '[1,"x"]')
-        self.assertEqual(self.one({"call": {"arguments": 5, "tool": "t"}}), Decision.call("t", "5"))
+        self.assertEqual(self.one({"call": {"tool": "t", "arguments": [1, "x"]}}).call.arguments, '[1,"x"]')
+        self.assertEqual(self.one({"call": {"arguments": 5, "tool": "t"}}), call("t", "5"))
 
     def test_call_arguments_unicode(self):
-        d = Script.parse('{"script":[{"call":{"tool":"t","arguments":{"s":"\\u00e9\\ud83d\\ude00"}}}]}').decisions[0]
-        self.assertEqual(d.arguments, '{"s":"\u00e9\U0001F600"}')
+        d = Script('{"script":[{"call":{"tool":"t","arguments":{"s":"\\u00e9\\ud83d\\ude00"}}}]}').decisions[0]
+        self.assertEqual(d.call.arguments, '{"s":"\u00e9\U0001F600"}')
         # a lone surrogate cannot be a WIT string: it stays escaped
-        d = Script.parse('{"script":[{"call":{"tool":"t","arguments":{"s":"\\ud800"}}}]}').decisions[0]
-        self.assertEqual(d.arguments, '{"s":"\\ud800"}')
-        d.arguments.encode("utf-8")
+        d = Script('{"script":[{"call":{"tool":"t","arguments":{"s":"\\ud800"}}}]}').decisions[0]
+        self.assertEqual(d.call.arguments, '{"s":"\\ud800"}')
+        d.call.arguments.encode("utf-8")
 
     def test_complete_any_json(self):
-        self.assertEqual(self.one({"complete": None}), Decision.complete("null"))
-        self.assertEqual(self.one({"complete": "done"}), Decision.complete('"done"'))
-        self.assertEqual(self.one({"complete": {"a": 1.5}}), Decision.complete('{"a":1.5}'))
+        self.assertEqual(self.one({"complete": None}), complete("null"))
+        self.assertEqual(self.one({"complete": "done"}), complete('"done"'))
+        self.assertEqual(self.one({"complete": {"a": 1.5}}), complete('{"a":1.5}'))
 
     def test_fail(self):
         self.assertEqual(self.one({"fail": "because"}), Decision.fail("because"))
@@ -127,20 +142,21 @@ class InitErrors(unittest.TestCase):
     def check(self, config, prefix):
         text = config if isinstance(config, str) else json.dumps(config)
         with self.assertRaises(ConfigError) as cm:
-            Script.parse(text)
+            Script(text)
         msg = str(cm.exception)
         self.assertTrue(msg.startswith(prefix + ": "), "%r does not start with %r" % (msg, prefix))
         return msg
 
     def test_invalid_json(self):
-        for text in ("{", "", '{"script":[]}]', '{"script":[{"complete":Infinity}]}', "[" * 100000):
+        self.check("", "config.script")  # empty text is {}, as in every SDK
+        for text in ("{", '{"script":[]}]', '{"script":[{"complete":Infinity}]}', "[" * 100000):
             self.check(text, "config: invalid JSON")
 
     def test_nesting_limit(self):
         entry = '{"script":[{"complete":%s}]}'
-        Script.parse(entry % ("[" * 124 + "]" * 124))  # 127 levels in all, as serde_json
+        Script(entry % ("[" * 124 + "]" * 124))  # 127 levels in all, as serde_json
         self.check(entry % ("[" * 125 + "]" * 125), "config: invalid JSON")
-        Script.parse(entry % ('"%s"' % ("[{" * 1000)))
+        Script(entry % ('"%s"' % ("[{" * 1000)))
 
     def test_not_an_object(self):
         for text in ("[]", '"x"', "1", "null", "true"):

@@ -1,73 +1,15 @@
-"""Pure logic of the policy-rules plugin (no dependency on the generated bindings).
+"""policy-rules, Python twin: the rules and their matching (see ../README.md).
 
-The semantics are specified in ../README.md. `Policy.parse(config_text)` raises
-`ConfigError` with a "config...: why" message; `Policy.evaluate(tool, arguments,
-effect)` returns a `Verdict`.
+Built on the Keel Python SDK (guest-sdk/python): the SDK parses the config
+strictly, names the key of every error, rebuilds nothing here (the policy
+asks for the call-only view) and serves the `policy` world from app.py.
 """
 
-import json
-import re
+import keel_guest as keel
+from keel_guest import ConfigError, Verdict, jsontext
 
 ACTIONS = ("allow", "deny", "require-approval", "abort")
-EFFECTS = ("read-only", "idempotent", "local-mutation", "remote-mutation", "destructive")
-RULE_KEYS = ("tool", "effect", "args", "action", "reason")
-
-
-class ConfigError(Exception):
-    """An invalid config; `str(err)` is the message `init` returns."""
-
-
-def compact(value):
-    """Compact JSON text of `value`, non-ASCII kept as is (like serde_json).
-
-    Falls back to ASCII escapes if the text would not be valid UTF-8 (a lone
-    surrogate from a `\\ud800` escape), so the result always lowers to a WIT
-    string.
-    """
-    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        text = json.dumps(value, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
-    return text
-
-
-# Deepest nesting of arrays and objects accepted: as serde_json with its
-# default recursion limit (127 levels parse, 128 do not). CPython compiled to
-# wasm overflows the wasm stack (a trap, not a RecursionError) a few thousand
-# levels deep, so depth is checked before parsing.
-MAX_DEPTH = 127
-_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
-_BRACKET = re.compile(r"[\[\]{}]")
-
-
-def _too_deep(text):
-    if text.count("[") + text.count("{") <= MAX_DEPTH:
-        return False
-    depth = 0
-    for m in _BRACKET.finditer(_STRING.sub("", text)):
-        if m.group() in "[{":
-            depth += 1
-            if depth > MAX_DEPTH:
-                return True
-        else:
-            depth -= 1
-    return False
-
-
-def _reject_constant(name):
-    raise ValueError("%s is not JSON" % name)
-
-
-def parse_json(text):
-    """Strict JSON: NaN/Infinity are rejected, nesting is limited to
-    MAX_DEPTH. Raises ValueError."""
-    if _too_deep(text):
-        raise ValueError("nested more than %d levels deep" % MAX_DEPTH)
-    try:
-        return json.loads(text, parse_constant=_reject_constant)
-    except RecursionError:
-        raise ValueError("nested too deeply") from None
+_ABSENT = object()
 
 
 def glob_match(pattern, text):
@@ -98,28 +40,6 @@ def glob_match(pattern, text):
     return p == np_
 
 
-class Verdict:
-    """`action` is one of ACTIONS; `reason` is None for allow; `presentation`
-    is compact JSON text for require-approval, else None."""
-
-    __slots__ = ("action", "reason", "presentation")
-
-    def __init__(self, action, reason=None, presentation=None):
-        self.action = action
-        self.reason = reason
-        self.presentation = presentation
-
-    def __eq__(self, other):
-        return isinstance(other, Verdict) and (self.action, self.reason, self.presentation) == (
-            other.action,
-            other.reason,
-            other.presentation,
-        )
-
-    def __repr__(self):
-        return "Verdict(%r, %r, %r)" % (self.action, self.reason, self.presentation)
-
-
 class Rule:
     __slots__ = ("tool", "effects", "args", "action", "reason")
 
@@ -131,104 +51,93 @@ class Rule:
         self.reason = None
 
 
-def _parse_action(value, path):
+def _action(value, path):
     if not isinstance(value, str):
         raise ConfigError("%s: expected a string, one of %s" % (path, ", ".join(ACTIONS)))
     if value not in ACTIONS:
-        raise ConfigError("%s: %s is not one of %s" % (path, compact(value), ", ".join(ACTIONS)))
+        raise ConfigError("%s: %s is not one of %s" % (path, jsontext.compact(value), ", ".join(ACTIONS)))
     return value
 
 
-def _parse_effect(value, path):
+def _effects(value, path):
     bad_shape = ConfigError("%s: expected a string or a non-empty array of strings" % path)
-    if isinstance(value, str):
-        names = [value]
-    elif isinstance(value, list) and value:
-        names = value
-    else:
+    names = [value] if isinstance(value, str) else value
+    if not isinstance(names, list) or not names:
         raise bad_shape
-    # Elements in document order; an array element's problem is reported at
-    # the `effect` path itself (the README's messages name no element index).
+    # Elements in document order; an element's problem is reported at the
+    # `effect` path itself (the README's messages name no element index).
     for name in names:
         if not isinstance(name, str):
             raise bad_shape
-        if name not in EFFECTS:
-            raise ConfigError("%s: %s is not an effect class" % (path, compact(name)))
+        if name not in keel.EFFECTS:
+            raise ConfigError("%s: %s is not an effect class" % (path, jsontext.compact(name)))
     return frozenset(names)
 
 
-def _parse_rule(value, path):
-    if not isinstance(value, dict):
-        raise ConfigError("%s: expected an object" % path)
+def _string(value, path):
+    if not isinstance(value, str):
+        raise ConfigError("%s: expected a string" % path)
+    return value
+
+
+def _rule(path, value):
     rule = Rule()
-    for key, v in value.items():
-        kpath = "%s.%s" % (path, key)
+    # Keys in document order, so the first problem is the first one written.
+    for kpath, key, v in keel.config.Obj(path, value).entries():
         if key == "tool":
-            if not isinstance(v, str):
-                raise ConfigError("%s: expected a string" % kpath)
-            rule.tool = v
+            rule.tool = _string(v, kpath)
         elif key == "effect":
-            rule.effects = _parse_effect(v, kpath)
+            rule.effects = _effects(v, kpath)
         elif key == "args":
-            if not isinstance(v, dict):
+            args = keel.config.Obj(kpath, v) if isinstance(v, dict) else None
+            if args is None:
                 raise ConfigError("%s: expected an object of string to string" % kpath)
-            pairs = []
-            for ak, av in v.items():
-                if not isinstance(av, str):
-                    raise ConfigError("%s.%s: expected a string" % (kpath, ak))
-                pairs.append((ak, av))
-            rule.args = pairs or None
+            rule.args = [(k, _string(g, p)) for p, k, g in args.entries()] or None
         elif key == "action":
-            rule.action = _parse_action(v, kpath)
+            rule.action = _action(v, kpath)
         elif key == "reason":
-            if not isinstance(v, str):
-                raise ConfigError("%s: expected a string" % kpath)
-            rule.reason = v
+            rule.reason = _string(v, kpath)
         else:
-            raise ConfigError("%s: unknown key %s" % (path, compact(key)))
+            raise ConfigError("%s: unknown key %s" % (path, jsontext.compact(key)))
     if rule.action is None:
         raise ConfigError("%s.action: missing" % path)
     return rule
 
 
-class Policy:
-    def __init__(self, rules, default="deny"):
-        self.rules = rules
-        self.default = default
+class RulesPolicy(keel.Policy):
+    """The first matching rule decides; the default when none matches."""
 
-    @classmethod
-    def parse(cls, text):
-        try:
-            config = parse_json(text)
-        except ValueError as err:
-            raise ConfigError("config: invalid JSON: %s" % err) from None
-        if not isinstance(config, dict):
-            raise ConfigError("config: expected an object")
-        rules = None
-        default = "deny"
-        for key, value in config.items():
+    # Rules match the call alone: the host need not send the steps.
+    view = "call-only"
+
+    def __init__(self, config):
+        self.rules = None
+        self.default = "deny"
+        for path, key, value in keel.config.parse(config).entries():
             if key == "rules":
                 if not isinstance(value, list):
-                    raise ConfigError("config.rules: expected an array")
-                rules = [_parse_rule(r, "config.rules[%d]" % i) for i, r in enumerate(value)]
+                    raise ConfigError("%s: expected an array" % path)
+                self.rules = [_rule("%s[%d]" % (path, i), r) for i, r in enumerate(value)]
             elif key == "default":
-                default = _parse_action(value, "config.default")
+                self.default = _action(value, path)
             else:
-                raise ConfigError("config: unknown key %s" % compact(key))
-        if rules is None:
+                raise ConfigError("config: unknown key %s" % jsontext.compact(key))
+        if self.rules is None:
             raise ConfigError("config.rules: missing")
-        return cls(rules, default)
 
-    def evaluate(self, tool, arguments, effect):
-        """`tool`: the call's tool name; `arguments`: its JSON text; `effect`:
-        one of EFFECTS. Never raises."""
-        parsed = []  # lazily parsed arguments object, [] = not yet
+    def evaluate(self, call, effect, view):
+        return self.judge(call.tool, call.arguments, effect)
+
+    def judge(self, tool, arguments, effect):
+        """The verdict on `tool` called with `arguments` (JSON text) whose
+        effect class is `effect`. Never raises."""
+        parsed = []  # the arguments object, parsed on first need
 
         def args_object():
             if not parsed:
                 try:
-                    value = parse_json(arguments)
-                except ValueError:
+                    value = jsontext.parse(arguments)
+                except jsontext.JsonError:
                     value = None
                 parsed.append(value if isinstance(value, dict) else None)
             return parsed[0]
@@ -242,13 +151,7 @@ class Policy:
                 obj = args_object()
                 if obj is None:
                     continue
-                ok = True
-                for key, pattern in rule.args:
-                    value = obj.get(key)
-                    if not isinstance(value, str) or not glob_match(pattern, value):
-                        ok = False
-                        break
-                if not ok:
+                if not all(isinstance(obj.get(k), str) and glob_match(g, obj[k]) for k, g in rule.args):
                     continue
             reason = rule.reason if rule.reason is not None else "matched rule %d" % index
             return _verdict(rule.action, reason, index, tool)
@@ -257,7 +160,7 @@ class Policy:
 
 def _verdict(action, reason, index, tool):
     if action == "allow":
-        return Verdict("allow")
+        return Verdict.allow()
     if action == "require-approval":
-        return Verdict(action, reason, compact({"rule": index, "tool": tool}))
+        return Verdict.require_approval(reason, {"rule": index, "tool": tool})
     return Verdict(action, reason)

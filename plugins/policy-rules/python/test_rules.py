@@ -3,12 +3,13 @@
 import json
 import unittest
 
-from rules import ConfigError, Policy, Verdict, glob_match
+from keel_guest import ConfigError, Verdict
+from rules import RulesPolicy, glob_match
 
 
 def policy(rules, **top):
     top["rules"] = rules
-    return Policy.parse(json.dumps(top))
+    return RulesPolicy(json.dumps(top))
 
 
 def pres(rule, tool):
@@ -18,32 +19,32 @@ def pres(rule, tool):
 class Actions(unittest.TestCase):
     def test_allow(self):
         p = policy([{"tool": "t", "action": "allow"}])
-        self.assertEqual(p.evaluate("t", "{}", "read-only"), Verdict("allow"))
+        self.assertEqual(p.judge("t", "{}", "read-only"), Verdict("allow"))
 
     def test_deny_default_reason(self):
         p = policy([{"tool": "x", "action": "allow"}, {"tool": "t", "action": "deny"}])
-        self.assertEqual(p.evaluate("t", "{}", "read-only"), Verdict("deny", "matched rule 1"))
+        self.assertEqual(p.judge("t", "{}", "read-only"), Verdict("deny", "matched rule 1"))
 
     def test_deny_with_reason(self):
         p = policy([{"tool": "t", "action": "deny", "reason": "no"}])
-        self.assertEqual(p.evaluate("t", "{}", "read-only"), Verdict("deny", "no"))
+        self.assertEqual(p.judge("t", "{}", "read-only"), Verdict("deny", "no"))
 
     def test_abort(self):
         p = policy([{"action": "abort", "reason": "stop"}])
-        self.assertEqual(p.evaluate("t", "{}", "destructive"), Verdict("abort", "stop"))
+        self.assertEqual(p.judge("t", "{}", "destructive"), Verdict("abort", "stop"))
         p = policy([{"action": "abort"}])
-        self.assertEqual(p.evaluate("t", "{}", "destructive"), Verdict("abort", "matched rule 0"))
+        self.assertEqual(p.judge("t", "{}", "destructive"), Verdict("abort", "matched rule 0"))
 
     def test_require_approval(self):
         p = policy([{"tool": "a", "action": "allow"}, {"tool": "fs_*", "action": "require-approval", "reason": "ask"}])
-        v = p.evaluate("fs_write", "{}", "local-mutation")
+        v = p.judge("fs_write", "{}", "local-mutation")
         self.assertEqual(v, Verdict("require-approval", "ask", '{"rule":1,"tool":"fs_write"}'))
         self.assertEqual(json.loads(v.presentation), {"rule": 1, "tool": "fs_write"})
 
     def test_require_approval_default_reason_and_unicode_tool(self):
         p = policy([{"action": "require-approval"}])
         self.assertEqual(
-            p.evaluate("écrire", "{}", "read-only"),
+            p.judge("écrire", "{}", "read-only"),
             Verdict("require-approval", "matched rule 0", pres(0, "écrire")),
         )
 
@@ -57,54 +58,54 @@ class Order(unittest.TestCase):
                 {"action": "abort"},
             ]
         )
-        self.assertEqual(p.evaluate("fs_read", "{}", "read-only").action, "allow")
-        self.assertEqual(p.evaluate("fs_write", "{}", "read-only"), Verdict("deny", "fs"))
-        self.assertEqual(p.evaluate("net", "{}", "read-only"), Verdict("abort", "matched rule 2"))
+        self.assertEqual(p.judge("fs_read", "{}", "read-only").kind, "allow")
+        self.assertEqual(p.judge("fs_write", "{}", "read-only"), Verdict("deny", "fs"))
+        self.assertEqual(p.judge("net", "{}", "read-only"), Verdict("abort", "matched rule 2"))
 
     def test_all_conditions_must_match(self):
         p = policy([{"tool": "t", "effect": "destructive", "args": {"a": "x"}, "action": "abort"}])
-        self.assertEqual(p.evaluate("t", '{"a":"x"}', "destructive").action, "abort")
-        self.assertEqual(p.evaluate("u", '{"a":"x"}', "destructive").action, "deny")
-        self.assertEqual(p.evaluate("t", '{"a":"x"}', "idempotent").action, "deny")
-        self.assertEqual(p.evaluate("t", '{"a":"y"}', "destructive").action, "deny")
+        self.assertEqual(p.judge("t", '{"a":"x"}', "destructive").kind, "abort")
+        self.assertEqual(p.judge("u", '{"a":"x"}', "destructive").kind, "deny")
+        self.assertEqual(p.judge("t", '{"a":"x"}', "idempotent").kind, "deny")
+        self.assertEqual(p.judge("t", '{"a":"y"}', "destructive").kind, "deny")
 
 
 class Default(unittest.TestCase):
     def test_default_deny(self):
         p = policy([])
-        self.assertEqual(p.evaluate("t", "{}", "read-only"), Verdict("deny", "no rule matched"))
+        self.assertEqual(p.judge("t", "{}", "read-only"), Verdict("deny", "no rule matched"))
         p = policy([{"tool": "x", "action": "allow"}])
-        self.assertEqual(p.evaluate("t", "{}", "read-only"), Verdict("deny", "no rule matched"))
+        self.assertEqual(p.judge("t", "{}", "read-only"), Verdict("deny", "no rule matched"))
 
     def test_default_override(self):
-        self.assertEqual(policy([], default="allow").evaluate("t", "{}", "read-only"), Verdict("allow"))
+        self.assertEqual(policy([], default="allow").judge("t", "{}", "read-only"), Verdict("allow"))
         self.assertEqual(
-            policy([], default="abort").evaluate("t", "{}", "read-only"), Verdict("abort", "no rule matched")
+            policy([], default="abort").judge("t", "{}", "read-only"), Verdict("abort", "no rule matched")
         )
         self.assertEqual(
-            policy([], default="deny").evaluate("t", "{}", "read-only"), Verdict("deny", "no rule matched")
+            policy([], default="deny").judge("t", "{}", "read-only"), Verdict("deny", "no rule matched")
         )
 
     def test_default_require_approval_has_null_rule(self):
-        v = policy([], default="require-approval").evaluate("t", "{}", "read-only")
+        v = policy([], default="require-approval").judge("t", "{}", "read-only")
         self.assertEqual(v, Verdict("require-approval", "no rule matched", '{"rule":null,"tool":"t"}'))
 
 
 class ToolGlob(unittest.TestCase):
     def test_glob(self):
         p = policy([{"tool": "fs_*", "action": "allow"}])
-        self.assertEqual(p.evaluate("fs_", "{}", "read-only").action, "allow")
-        self.assertEqual(p.evaluate("fs_read", "{}", "read-only").action, "allow")
-        self.assertEqual(p.evaluate("xfs_read", "{}", "read-only").action, "deny")
+        self.assertEqual(p.judge("fs_", "{}", "read-only").kind, "allow")
+        self.assertEqual(p.judge("fs_read", "{}", "read-only").kind, "allow")
+        self.assertEqual(p.judge("xfs_read", "{}", "read-only").kind, "deny")
 
     def test_whole_string(self):
         p = policy([{"tool": "fs", "action": "allow"}])
-        self.assertEqual(p.evaluate("fs", "{}", "read-only").action, "allow")
-        self.assertEqual(p.evaluate("fs_read", "{}", "read-only").action, "deny")
+        self.assertEqual(p.judge("fs", "{}", "read-only").kind, "allow")
+        self.assertEqual(p.judge("fs_read", "{}", "read-only").kind, "deny")
 
     def test_absent_tool_matches_any(self):
         p = policy([{"action": "allow"}])
-        self.assertEqual(p.evaluate("anything", "{}", "read-only").action, "allow")
+        self.assertEqual(p.judge("anything", "{}", "read-only").kind, "allow")
 
     def test_glob_function(self):
         cases = [
@@ -140,29 +141,29 @@ class ToolGlob(unittest.TestCase):
         self.assertTrue(glob_match("a?b", "a\u65e5b"))
         self.assertFalse(glob_match("?", "e\u0301"))  # two scalar values
         p = policy([{"tool": "t?", "action": "allow"}])
-        self.assertEqual(p.evaluate("t\U0001F600", "{}", "read-only").action, "allow")
+        self.assertEqual(p.judge("t\U0001F600", "{}", "read-only").kind, "allow")
         p = policy([{"args": {"c": "??"}, "action": "allow"}])
-        self.assertEqual(p.evaluate("t", '{"c":"\\ud83d\\ude00"}', "read-only").action, "deny")
-        self.assertEqual(p.evaluate("t", '{"c":"\\u00e9\\u00e9"}', "read-only").action, "allow")
+        self.assertEqual(p.judge("t", '{"c":"\\ud83d\\ude00"}', "read-only").kind, "deny")
+        self.assertEqual(p.judge("t", '{"c":"\\u00e9\\u00e9"}', "read-only").kind, "allow")
 
 
 class Effect(unittest.TestCase):
     def test_string(self):
         p = policy([{"effect": "destructive", "action": "abort"}])
-        self.assertEqual(p.evaluate("t", "{}", "destructive").action, "abort")
-        self.assertEqual(p.evaluate("t", "{}", "read-only").action, "deny")
+        self.assertEqual(p.judge("t", "{}", "destructive").kind, "abort")
+        self.assertEqual(p.judge("t", "{}", "read-only").kind, "deny")
 
     def test_array(self):
         p = policy([{"effect": ["local-mutation", "remote-mutation"], "action": "require-approval"}])
         for e in ("local-mutation", "remote-mutation"):
-            self.assertEqual(p.evaluate("t", "{}", e).action, "require-approval")
+            self.assertEqual(p.judge("t", "{}", e).kind, "require-approval")
         for e in ("read-only", "idempotent", "destructive"):
-            self.assertEqual(p.evaluate("t", "{}", e).action, "deny")
+            self.assertEqual(p.judge("t", "{}", e).kind, "deny")
 
     def test_every_class_accepted(self):
         for e in ("read-only", "idempotent", "local-mutation", "remote-mutation", "destructive"):
             p = policy([{"effect": e, "action": "allow"}])
-            self.assertEqual(p.evaluate("t", "{}", e).action, "allow")
+            self.assertEqual(p.judge("t", "{}", e).kind, "allow")
 
 
 class Args(unittest.TestCase):
@@ -171,46 +172,46 @@ class Args(unittest.TestCase):
                         default="allow")
 
     def test_glob_matches(self):
-        self.assertEqual(self.p.evaluate("fs_read", '{"path":"secrets/a/b"}', "read-only"), Verdict("deny", "secret"))
-        self.assertEqual(self.p.evaluate("fs_read", '{"path":"public/a"}', "read-only").action, "allow")
+        self.assertEqual(self.p.judge("fs_read", '{"path":"secrets/a/b"}', "read-only"), Verdict("deny", "secret"))
+        self.assertEqual(self.p.judge("fs_read", '{"path":"public/a"}', "read-only").kind, "allow")
 
     def test_missing_key(self):
-        self.assertEqual(self.p.evaluate("fs_read", '{"file":"secrets/a"}', "read-only").action, "allow")
+        self.assertEqual(self.p.judge("fs_read", '{"file":"secrets/a"}', "read-only").kind, "allow")
 
     def test_non_string_value(self):
         for value in ('1', 'null', 'true', '["secrets/a"]', '{"x":"secrets/a"}'):
             args = '{"path":%s}' % value
-            self.assertEqual(self.p.evaluate("fs_read", args, "read-only").action, "allow", args)
+            self.assertEqual(self.p.judge("fs_read", args, "read-only").kind, "allow", args)
 
     def test_non_object_arguments(self):
         for args in ('[]', '"secrets/a"', 'null', '3', 'not json'):
-            self.assertEqual(self.p.evaluate("fs_read", args, "read-only").action, "allow", args)
+            self.assertEqual(self.p.judge("fs_read", args, "read-only").kind, "allow", args)
 
     def test_too_deep_arguments_are_not_an_object(self):
         p = policy([{"args": {"a": "*"}, "action": "allow"}])
         ok = '{"b":%s,"a":"z"}' % ("[" * 126 + "]" * 126)  # 127 levels in all
         deep = '{"b":%s,"a":"z"}' % ("[" * 127 + "]" * 127)
-        self.assertEqual(p.evaluate("t", ok, "read-only").action, "allow")
-        self.assertEqual(p.evaluate("t", deep, "read-only").action, "deny")
+        self.assertEqual(p.judge("t", ok, "read-only").kind, "allow")
+        self.assertEqual(p.judge("t", deep, "read-only").kind, "deny")
         in_string = '{"b":"%s","a":"z"}' % ("[{" * 1000)
-        self.assertEqual(p.evaluate("t", in_string, "read-only").action, "allow")
+        self.assertEqual(p.judge("t", in_string, "read-only").kind, "allow")
 
     def test_every_entry_must_match(self):
         p = policy([{"args": {"a": "1", "b": "2*"}, "action": "allow"}])
-        self.assertEqual(p.evaluate("t", '{"a":"1","b":"22","c":3}', "read-only").action, "allow")
-        self.assertEqual(p.evaluate("t", '{"a":"1"}', "read-only").action, "deny")
-        self.assertEqual(p.evaluate("t", '{"a":"1","b":"3"}', "read-only").action, "deny")
+        self.assertEqual(p.judge("t", '{"a":"1","b":"22","c":3}', "read-only").kind, "allow")
+        self.assertEqual(p.judge("t", '{"a":"1"}', "read-only").kind, "deny")
+        self.assertEqual(p.judge("t", '{"a":"1","b":"3"}', "read-only").kind, "deny")
 
     def test_empty_args_matches_anything(self):
         p = policy([{"args": {}, "action": "allow"}])
-        self.assertEqual(p.evaluate("t", "{}", "read-only").action, "allow")
-        self.assertEqual(p.evaluate("t", "[1]", "read-only").action, "allow")
+        self.assertEqual(p.judge("t", "{}", "read-only").kind, "allow")
+        self.assertEqual(p.judge("t", "[1]", "read-only").kind, "allow")
 
 
 class InitErrors(unittest.TestCase):
     def err(self, text):
         with self.assertRaises(ConfigError) as cm:
-            Policy.parse(text)
+            RulesPolicy(text)
         return str(cm.exception)
 
     def check(self, config, prefix):
@@ -221,7 +222,7 @@ class InitErrors(unittest.TestCase):
 
     def test_invalid_json(self):
         self.check("{", "config: invalid JSON")
-        self.check("", "config: invalid JSON")
+        self.check("", "config.rules")  # empty text is {}, as in every SDK
         self.check('{"rules":[]} x', "config: invalid JSON")
         self.check('{"rules":[NaN]}', "config: invalid JSON")
         self.check("[" * 100000 + "]" * 100000, "config: invalid JSON")
@@ -313,17 +314,17 @@ class InitErrors(unittest.TestCase):
             ],
             default="deny",
         )
-        self.assertEqual(p.evaluate("fs_read", '{"path":"secrets/x"}', "read-only"), Verdict("allow"))
+        self.assertEqual(p.judge("fs_read", '{"path":"secrets/x"}', "read-only"), Verdict("allow"))
         self.assertEqual(
-            p.evaluate("fs_write", '{"path":"secrets/x"}', "local-mutation"),
+            p.judge("fs_write", '{"path":"secrets/x"}', "local-mutation"),
             Verdict("deny", "secrets are off limits"),
         )
         self.assertEqual(
-            p.evaluate("fs_write", '{"path":"a"}', "local-mutation"),
+            p.judge("fs_write", '{"path":"a"}', "local-mutation"),
             Verdict("require-approval", "writes need a human", '{"rule":2,"tool":"fs_write"}'),
         )
-        self.assertEqual(p.evaluate("rm", "{}", "destructive"), Verdict("abort", "matched rule 3"))
-        self.assertEqual(p.evaluate("ls", "{}", "read-only"), Verdict("deny", "no rule matched"))
+        self.assertEqual(p.judge("rm", "{}", "destructive"), Verdict("abort", "matched rule 3"))
+        self.assertEqual(p.judge("ls", "{}", "read-only"), Verdict("deny", "no rule matched"))
 
 
 if __name__ == "__main__":
