@@ -103,13 +103,8 @@ class Obj:
 
     def obj(self, key, required=False):
         """The object at `key` as an `Obj`, or None when absent."""
-        if required:
-            value = self.require(key)
-        else:
-            value = self.take(key)
-            if value is None:
-                return None
-        return Obj(self.key_path(key), value)
+        value = self._typed(key, required, lambda v: isinstance(v, dict), "an object")
+        return None if value is None else Obj(self.key_path(key), value)
 
     def entries(self):
         """Every key left, as `(path, key, value)`, in document order; the
