@@ -117,8 +117,3 @@ class Obj:
         """Refuses the first key nobody took."""
         for key in self._map:
             raise ConfigError("%s: unknown key %s" % (self.path, _describe(key)))
-
-
-def element(path, value):
-    """An array element (from `Obj.array`) that must be an object."""
-    return Obj(path, value)

@@ -22,6 +22,8 @@ class View:
         self._approvals = {}
         self._order = []
         self._decided = 0
+        # Tuples handed to plugin code, built on first read after a change,
+        # so an agent that never reads them never pays for them.
         self._steps_t = ()
         self._approvals_t = ()
 
@@ -62,9 +64,9 @@ class View:
             self._approvals[approval.id] = approval
         self._run = delta.run
         if delta.reset or delta.steps:
-            self._steps_t = tuple(self._steps)
+            self._steps_t = None
         if delta.reset or delta.approvals:
-            self._approvals_t = tuple(self._approvals[i] for i in self._order)
+            self._approvals_t = None
 
     @property
     def run(self):
@@ -78,11 +80,15 @@ class View:
     @property
     def steps(self):
         """Every step before the one being worked on, in order (a tuple)."""
+        if self._steps_t is None:
+            self._steps_t = tuple(self._steps)
         return self._steps_t
 
     @property
     def approvals(self):
         """Every approval, in the order they were created (a tuple)."""
+        if self._approvals_t is None:
+            self._approvals_t = tuple(self._approvals[i] for i in self._order)
         return self._approvals_t
 
     @property

@@ -61,7 +61,7 @@ class Config(unittest.TestCase):
         c = keel.config.parse('{"rules":[{"action":1}],"extra":true}')
         (path, value), = c.array("rules")
         with self.assertRaisesRegex(keel.ConfigError, r"^config\.rules\[0\]\.action: expected a string$"):
-            keel.config.element(path, value).str("action")
+            keel.config.Obj(path, value).str("action")
         with self.assertRaisesRegex(keel.ConfigError, '^config: unknown key "extra"$'):
             c.finish()
 
