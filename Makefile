@@ -50,7 +50,8 @@ PY_SDK := $(wildcard guest-sdk/python/keel_guest/*.py) guest-sdk/python/build.sh
 $(OUT)/%-py.wasm: $(WIT) $(wildcard plugins/%/python/*.py) plugins/%/python/build.sh $(PY_SDK)
 	@mkdir -p $(OUT) && plugins/$*/python/build.sh $@
 
-$(OUT)/%-js.wasm: $(WIT) $(wildcard plugins/%/js/*.js) plugins/%/js/build.sh scripts/js/package-lock.json
+JS_SDK := $(wildcard guest-sdk/js/src/*.js guest-sdk/js/src/component/*.js) guest-sdk/js/build.sh
+$(OUT)/%-js.wasm: $(WIT) $(wildcard plugins/%/js/*.js) plugins/%/js/build.sh scripts/js/package-lock.json $(JS_SDK)
 	@mkdir -p $(OUT) && plugins/$*/js/build.sh $@
 
 # Make cannot expand % inside wildcard in prerequisites; spell them out.
@@ -68,7 +69,7 @@ test: test-setup plugins check-bindings
 	PYTHONPATH=guest-sdk/python python3 -m unittest discover -s guest-sdk/python/tests
 	PYTHONPATH=guest-sdk/python python3 -m unittest discover -s plugins/policy-rules/python
 	PYTHONPATH=guest-sdk/python python3 -m unittest discover -s plugins/agent-scripted/python
-	node --test plugins/policy-rules/js plugins/agent-scripted/js
+	node --test guest-sdk/js/test plugins/policy-rules/js plugins/agent-scripted/js
 	plugins/policy-rules/c/test.sh
 	scripts/bench-ab.sh --self-test
 	@# The second store engine: every engine test also runs on PostgreSQL.

@@ -89,9 +89,9 @@ function check(label, actual, expected) {
 
 const run = { id: 'r1', goal: 'g', status: 'running', stepCount: 1, modelCalls: 0, tokens: 0n };
 const view = (reset, steps = [], approvals = []) => ({ reset, run, steps, approvals });
-const step = (index, decided) => ({
+const step = (index, decided, version = 1) => ({
   index,
-  version: 1,
+  version,
   state: decided ? 'done' : 'started',
   decision: decided ? { tag: 'call', val: { tool: 'echo', arguments: '{}' } } : undefined,
   verdict: undefined,
@@ -113,7 +113,7 @@ async function smokePolicy() {
   });
   check('policy: init with a bad key', call(mod.init, '{"rule":[]}'), { err: 'config: unknown key "rule"' });
   check('policy: init with bad JSON', 'err' in call(mod.init, '{'), true);
-  check('policy: init', call(mod.init, config), { ok: undefined });
+  check('policy: init', call(mod.init, config), { ok: 'call-only' });
   const ev = (tool, a, effect) => call(mod.evaluate, { tool, arguments: JSON.stringify(a) }, effect, view(true));
   check('policy: allow', ev('fs_read', { path: 'secrets/x' }, 'read-only'), { ok: { tag: 'allow' } });
   check('policy: deny', ev('fs_write', { path: 'secrets/x' }, 'local-mutation'), {
@@ -124,7 +124,7 @@ async function smokePolicy() {
   });
   check('policy: abort', ev('rm', {}, 'destructive'), { ok: { tag: 'abort', val: 'matched rule 3' } });
   check('policy: default deny', ev('other', {}, 'read-only'), { ok: { tag: 'deny', val: 'no rule matched' } });
-  check('policy: unicode', call(mod.init, '{"rules":[{"tool":"?","action":"allow"}]}'), { ok: undefined });
+  check('policy: unicode', call(mod.init, '{"rules":[{"tool":"?","action":"allow"}]}'), { ok: 'call-only' });
   check('policy: ? is one scalar value', ev('\u{1F600}', {}, 'read-only'), { ok: { tag: 'allow' } });
   await cleanup();
 }
@@ -155,7 +155,7 @@ async function smokeAgent() {
   check('agent: an undecided step does not count', call(mod.decide, view(false, [step(1, false)])), {
     ok: { tag: 'complete', val: '{"ok":true}' },
   });
-  check('agent: exhausted', call(mod.decide, view(false, [step(1, true)])), {
+  check('agent: exhausted', call(mod.decide, view(false, [step(1, true, 2)])), {
     ok: { tag: 'fail', val: 'script exhausted after 2 decisions' },
   });
   check('agent: reset starts over', call(mod.decide, view(true, [step(0, false)])), {

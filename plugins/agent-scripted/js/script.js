@@ -1,22 +1,16 @@
-// Pure logic of the agent-scripted plugin (no dependency on the bindings).
+// agent-scripted, JavaScript twin: the script (see ../README.md).
 //
-// The semantics are specified in ../README.md. Script.parse(configText) throws
-// ConfigError with a "config...: why" message; View reassembles the host's
-// view from deltas; script.decide(view) returns the next decision, already
-// shaped as componentize-js lowers the WIT `decision` variant:
-// {tag: 'call', val: {tool, arguments}}, {tag: 'complete', val: jsonText} or
-// {tag: 'fail', val: reason}.
+// Built on the Keel JavaScript SDK (guest-sdk/js, linked here as
+// ./keel-guest): the SDK parses the config strictly, rebuilds the View from
+// the host's deltas and serves the agent world from plugin.js. No bindings
+// are imported, so node --test runs this as it is.
 
-import { parseJson, stringify } from './json.js';
+import * as keel from './keel-guest/index.js';
+
+const { ConfigError, Decision, Json, stringify } = keel;
+export { ConfigError };
 
 export const KINDS = ['call', 'complete', 'fail'];
-
-export class ConfigError extends Error {
-  constructor(message) {
-    super(message);
-    this.name = 'ConfigError';
-  }
-}
 
 /** JSON text of a string, for quoting a config key in a message. */
 const quote = (s) => JSON.stringify(s);
@@ -27,26 +21,26 @@ function parseEntry(entry, path) {
   }
   const [kind, value] = [...entry][0];
   const kpath = `${path}.${kind}`;
-  if (kind === 'complete') return { tag: 'complete', val: stringify(value) };
+  if (kind === 'complete') return Decision.complete(new Json(stringify(value)));
   if (kind === 'fail') {
     if (typeof value !== 'string') throw new ConfigError(`${kpath}: expected a string`);
-    return { tag: 'fail', val: value };
+    return Decision.fail(value);
   }
-  if (!(value instanceof Map)) throw new ConfigError(`${kpath}: expected an object`);
   let tool = null;
-  let args = new Map(); // default {}
-  for (const [key, v] of value) {
+  let args; // default {}
+  // Keys in document order, so the first problem is the first one written.
+  for (const [p, key, v] of new keel.config.Obj(kpath, value).entries()) {
     if (key === 'tool') {
-      if (typeof v !== 'string') throw new ConfigError(`${kpath}.tool: expected a string`);
+      if (typeof v !== 'string') throw new ConfigError(`${p}: expected a string`);
       tool = v;
     } else if (key === 'arguments') {
-      args = v;
+      args = new Json(stringify(v));
     } else {
       throw new ConfigError(`${kpath}: unknown key ${quote(key)}`);
     }
   }
   if (tool === null) throw new ConfigError(`${kpath}.tool: missing`);
-  return { tag: 'call', val: { tool, arguments: stringify(args) } };
+  return Decision.call(tool, args);
 }
 
 /** A copy, so that callers can never change the script. */
@@ -56,68 +50,22 @@ function copy(decision) {
     : { tag: decision.tag, val: decision.val };
 }
 
-export class Script {
-  constructor(decisions) {
-    this.decisions = decisions;
+/** Decision i is script[i], where i is the number of steps that carry a decision. */
+export class Script extends keel.Agent {
+  constructor(text, tools) {
+    super(text, tools);
+    this.decisions = null;
+    for (const [path, key, value] of keel.config.parse(text).entries()) {
+      if (key !== 'script') throw new ConfigError(`config: unknown key ${quote(key)}`);
+      if (!Array.isArray(value)) throw new ConfigError(`${path}: expected an array`);
+      this.decisions = value.map((e, i) => parseEntry(e, `${path}[${i}]`));
+    }
+    if (this.decisions === null) throw new ConfigError('config.script: missing');
   }
 
-  static parse(text) {
-    let config;
-    try {
-      config = parseJson(text);
-    } catch (err) {
-      throw new ConfigError(`config: invalid JSON: ${err.message}`);
-    }
-    if (!(config instanceof Map)) throw new ConfigError('config: expected an object');
-    let decisions = null;
-    for (const [key, value] of config) {
-      if (key === 'script') {
-        if (!Array.isArray(value)) throw new ConfigError('config.script: expected an array');
-        decisions = value.map((e, i) => parseEntry(e, `config.script[${i}]`));
-      } else {
-        throw new ConfigError(`config: unknown key ${quote(key)}`);
-      }
-    }
-    if (decisions === null) throw new ConfigError('config.script: missing');
-    return new Script(decisions);
-  }
-
-  /** script[i] where i is the number of steps in `view` that carry a decision. */
   decide(view) {
-    const i = view.decidedCount();
+    const i = view.decidedSteps;
     if (i < this.decisions.length) return copy(this.decisions[i]);
-    return { tag: 'fail', val: `script exhausted after ${this.decisions.length} decisions` };
-  }
-}
-
-/**
- * The host's view, reassembled from deltas: clear on reset, then replace each
- * delivered step by its index and each approval by its id. Steps and approvals
- * are the lifted WIT records ({index, version, state, decision, ...} and
- * {id, stepIndex, ...}); an absent option is undefined.
- */
-export class View {
-  constructor() {
-    this.run = null;
-    this.steps = new Map();
-    this.approvals = new Map();
-  }
-
-  apply(delta) {
-    if (delta.reset) {
-      this.steps.clear();
-      this.approvals.clear();
-    }
-    for (const step of delta.steps) this.steps.set(step.index, step);
-    for (const approval of delta.approvals) this.approvals.set(approval.id, approval);
-    this.run = delta.run;
-  }
-
-  decidedCount() {
-    let n = 0;
-    for (const step of this.steps.values()) {
-      if (step.decision !== undefined && step.decision !== null) n++;
-    }
-    return n;
+    return Decision.fail(`script exhausted after ${this.decisions.length} decisions`);
   }
 }

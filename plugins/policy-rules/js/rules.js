@@ -1,24 +1,16 @@
-// Pure logic of the policy-rules plugin (no dependency on the bindings).
+// policy-rules, JavaScript twin: the rules and their matching (see ../README.md).
 //
-// The semantics are specified in ../README.md. Policy.parse(configText) throws
-// ConfigError with a "config...: why" message; policy.evaluate(tool,
-// argumentsText, effect) returns a verdict already shaped as componentize-js
-// lowers the WIT `verdict` variant: {tag: 'allow'}, {tag: 'deny', val: reason},
-// {tag: 'abort', val: reason} or
-// {tag: 'require-approval', val: {reason, presentation}}.
+// Built on the Keel JavaScript SDK (guest-sdk/js, linked here as
+// ./keel-guest): the SDK parses the config strictly, names the key of every
+// error and serves the policy world from plugin.js. No bindings are imported,
+// so node --test runs this as it is.
 
-import { parseJson } from './json.js';
+import * as keel from './keel-guest/index.js';
+
+const { ConfigError, EFFECTS, Verdict } = keel;
+export { ConfigError, EFFECTS };
 
 export const ACTIONS = ['allow', 'deny', 'require-approval', 'abort'];
-export const EFFECTS = ['read-only', 'idempotent', 'local-mutation', 'remote-mutation', 'destructive'];
-
-export class ConfigError extends Error {
-  constructor(message) {
-    super(message);
-    this.name = 'ConfigError';
-  }
-}
-
 /** JSON text of a string, for quoting a config value in a message. */
 const quote = (s) => JSON.stringify(s);
 
@@ -81,10 +73,9 @@ function parseEffect(value, path) {
 }
 
 function parseRule(value, path) {
-  if (!(value instanceof Map)) throw new ConfigError(`${path}: expected an object`);
   const rule = { tool: null, effects: null, args: null, action: null, reason: null };
-  for (const [key, v] of value) {
-    const kpath = `${path}.${key}`;
+  // Keys in document order, so the first problem is the first one written.
+  for (const [kpath, key, v] of new keel.config.Obj(path, value).entries()) {
     switch (key) {
       case 'tool':
         if (typeof v !== 'string') throw new ConfigError(`${kpath}: expected a string`);
@@ -96,8 +87,8 @@ function parseRule(value, path) {
       case 'args': {
         if (!(v instanceof Map)) throw new ConfigError(`${kpath}: expected an object of string to string`);
         const pairs = [];
-        for (const [argKey, glob] of v) {
-          if (typeof glob !== 'string') throw new ConfigError(`${kpath}.${argKey}: expected a string`);
+        for (const [gpath, argKey, glob] of new keel.config.Obj(kpath, v).entries()) {
+          if (typeof glob !== 'string') throw new ConfigError(`${gpath}: expected a string`);
           pairs.push([argKey, Array.from(glob)]);
         }
         rule.args = pairs.length > 0 ? pairs : null; // `{}`: any arguments
@@ -132,42 +123,40 @@ function argumentsObject(text) {
 function verdict(action, reason, index, tool) {
   switch (action) {
     case 'allow':
-      return { tag: 'allow' };
+      return Verdict.allow();
     case 'require-approval':
-      return { tag: 'require-approval', val: { reason, presentation: JSON.stringify({ rule: index, tool }) } };
-    default: // deny, abort
-      return { tag: action, val: reason };
+      return Verdict.requireApproval(reason, { rule: index, tool });
+    case 'deny':
+      return Verdict.deny(reason);
+    default:
+      return Verdict.abort(reason);
   }
 }
 
-export class Policy {
-  constructor(rules, defaultAction = 'deny') {
-    this.rules = rules;
-    this.default = defaultAction;
-  }
+/** The first matching rule decides; the default when none matches. */
+export class RulesPolicy extends keel.Policy {
+  // Rules match the call alone: the host need not send the steps.
+  view = 'call-only';
 
-  static parse(text) {
-    let config;
-    try {
-      config = parseJson(text);
-    } catch (err) {
-      throw new ConfigError(`config: invalid JSON: ${err.message}`);
-    }
-    if (!(config instanceof Map)) throw new ConfigError('config: expected an object');
-    let rules = null;
-    let defaultAction = 'deny';
-    for (const [key, value] of config) {
+  constructor(text) {
+    super(text);
+    this.rules = null;
+    this.default = 'deny';
+    for (const [path, key, value] of keel.config.parse(text).entries()) {
       if (key === 'rules') {
-        if (!Array.isArray(value)) throw new ConfigError('config.rules: expected an array');
-        rules = value.map((r, i) => parseRule(r, `config.rules[${i}]`));
+        if (!Array.isArray(value)) throw new ConfigError(`${path}: expected an array`);
+        this.rules = value.map((r, i) => parseRule(r, `${path}[${i}]`));
       } else if (key === 'default') {
-        defaultAction = parseAction(value, 'config.default');
+        this.default = parseAction(value, path);
       } else {
         throw new ConfigError(`config: unknown key ${quote(key)}`);
       }
     }
-    if (rules === null) throw new ConfigError('config.rules: missing');
-    return new Policy(rules, defaultAction);
+    if (this.rules === null) throw new ConfigError('config.rules: missing');
+  }
+
+  evaluate(call, effect, _view) {
+    return this.judge(call.tool, call.arguments, effect);
   }
 
   /**
@@ -175,7 +164,7 @@ export class Policy {
    * effect class is `effect` (a WIT enum name such as "read-only"). Never
    * throws on any input.
    */
-  evaluate(tool, argumentsText, effect) {
+  judge(tool, argumentsText, effect) {
     const toolChars = Array.from(tool);
     let args; // undefined: not parsed yet; null: not an object
     for (let index = 0; index < this.rules.length; index++) {

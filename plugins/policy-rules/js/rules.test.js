@@ -2,12 +2,15 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 
-import { ConfigError, EFFECTS, Policy, globMatch } from './rules.js';
-import * as plugin from './plugin.js';
+import { policyExports } from './keel-guest/index.js';
+import { ConfigError, EFFECTS, RulesPolicy, globMatch } from './rules.js';
 
-const policy = (config) => Policy.parse(typeof config === 'string' ? config : JSON.stringify(config));
+// The exports exactly as plugin.js binds them, minus the host's log import.
+const plugin = policyExports(RulesPolicy);
+
+const policy = (config) => new RulesPolicy(typeof config === 'string' ? config : JSON.stringify(config));
 const evaluate = (config, tool, args = {}, effect = 'read-only') =>
-  policy(config).evaluate(tool, typeof args === 'string' ? args : JSON.stringify(args), effect);
+  policy(config).judge(tool, typeof args === 'string' ? args : JSON.stringify(args), effect);
 const initError = (config) => {
   try {
     policy(config);
@@ -196,7 +199,7 @@ describe('glob', () => {
 describe('init errors', () => {
   const cases = [
     ['{', /^config: invalid JSON: /],
-    ['', /^config: invalid JSON: /],
+    ['', 'config.rules: missing'], // an empty config is {}, as in every SDK
     ['{"rules":[]} x', /^config: invalid JSON: /],
     ['[]', 'config: expected an object'],
     ['"x"', 'config: expected an object'],
@@ -241,7 +244,7 @@ describe('init errors', () => {
   });
 });
 
-describe('plugin.js exports (componentize-js shapes)', () => {
+describe('the policy world exports (componentize-js shapes)', () => {
   const view = { reset: true, run: {}, steps: [], approvals: [] };
   test('evaluate before init is an error result', () => {
     plugin.init('not json');
@@ -255,7 +258,7 @@ describe('plugin.js exports (componentize-js shapes)', () => {
     assert.deepEqual(plugin.init('{"rules":[],"x":1}'), { tag: 'err', val: 'config: unknown key "x"' });
     assert.equal(plugin.init(undefined).tag, 'err');
   });
-  test('evaluate returns the verdict inside ok', () => {
+  test('evaluate goes through the class and returns the verdict inside ok', () => {
     assert.deepEqual(plugin.init(JSON.stringify(EXAMPLE)), { tag: 'ok', val: 'call-only' });
     assert.deepEqual(plugin.evaluate({ tool: 'fs_read', arguments: '{}' }, 'read-only', view), {
       tag: 'ok',
@@ -266,6 +269,6 @@ describe('plugin.js exports (componentize-js shapes)', () => {
     assert.deepEqual(plugin.init('{"rules":[]}'), { tag: 'ok', val: 'call-only' });
     const r = plugin.evaluate(null, 'read-only', view);
     assert.equal(r.tag, 'err');
-    assert.match(r.val, /^policy-rules: TypeError/);
+    assert.match(r.val, /^RulesPolicy\.evaluate: TypeError/);
   });
 });

@@ -1,8 +1,5 @@
 // Strict JSON (RFC 8259) that keeps what JSON.parse loses.
 //
-// The same file is in plugins/policy-rules/js/ and plugins/agent-scripted/js/
-// (each plugin folder is built on its own); keep the two copies identical.
-//
 // * Objects become Maps, so keys stay in document order (JSON.parse moves
 //   integer-like keys such as "0" to the front) and config errors can be
 //   reported in document order. A repeated key keeps its first position and
