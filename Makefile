@@ -43,7 +43,8 @@ rust-plugins: $(RUST_OUT)
 $(OUT)/%-rust.wasm: FORCE
 	@scripts/build-rust-guest.sh $* $@
 
-$(OUT)/policy-rules-c.wasm: $(WIT) $(wildcard plugins/policy-rules/c/*.[ch] plugins/policy-rules/c/gen/*) plugins/policy-rules/c/build.sh $(wildcard xtask/src/*.rs)
+C_SDK := $(wildcard guest-sdk/c/*.[ch] guest-sdk/c/gen/*) guest-sdk/c/build.sh
+$(OUT)/policy-rules-c.wasm: $(WIT) $(wildcard plugins/policy-rules/c/*.[ch]) plugins/policy-rules/c/build.sh $(C_SDK) $(wildcard xtask/src/*.rs)
 	@mkdir -p $(OUT) && plugins/policy-rules/c/build.sh $@
 
 PY_SDK := $(wildcard guest-sdk/python/keel_guest/*.py) guest-sdk/python/build.sh
@@ -61,7 +62,7 @@ $(OUT)/policy-rules-js.wasm: $(wildcard plugins/policy-rules/js/*.js)
 $(OUT)/agent-scripted-js.wasm: $(wildcard plugins/agent-scripted/js/*.js)
 
 check-bindings:
-	@cargo run -q -p xtask -- c-bindings --wit wit --world policy --out plugins/policy-rules/c/gen --check
+	@$(foreach w,agent policy tool,cargo run -q -p xtask -- c-bindings --wit wit --world $(w) --out guest-sdk/c/gen --check &&) true
 
 FORCE:
 
@@ -70,6 +71,7 @@ test: test-setup plugins check-bindings
 	PYTHONPATH=guest-sdk/python python3 -m unittest discover -s plugins/policy-rules/python
 	PYTHONPATH=guest-sdk/python python3 -m unittest discover -s plugins/agent-scripted/python
 	node --test guest-sdk/js/test plugins/policy-rules/js plugins/agent-scripted/js
+	guest-sdk/c/test.sh
 	plugins/policy-rules/c/test.sh
 	scripts/bench-ab.sh --self-test
 	@# The second store engine: every engine test also runs on PostgreSQL.

@@ -10,13 +10,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "json.h"
+#include "keel_guest.h"
 
 #define ACTIONS "allow, deny, require-approval, abort"
 
 static const char *const ACTION_NAMES[] = {"allow", "deny", "require-approval", "abort"};
-static const char *const EFFECT_NAMES[] = {"read-only", "idempotent", "local-mutation",
-                                           "remote-mutation", "destructive"};
 #define N_EFFECTS 5
 
 typedef struct {
@@ -54,86 +52,44 @@ static bool str_eq(json_str a, json_str b) {
   return a.len == b.len && (a.len == 0 || memcmp(a.ptr, b.ptr, a.len) == 0);
 }
 
-/* ---- errors -------------------------------------------------------------- */
-
-/* An error message being reported: malloc'd text and its length. */
-typedef struct {
-  char *ptr; /* NULL: out of memory */
-  size_t len;
-} msg;
-
-/* Fills err with "<path>: <before><quoted><after>" (the quoted part JSON-quoted,
- * left out when NULL) and returns false; err->ptr is NULL when out of memory. */
-static bool fail(msg *err, const json_buf *path, const char *before, const json_str *quoted,
-                 const char *after) {
-  json_buf b = {0};
-  bool ok = json_buf_append(&b, path->ptr, path->len) && json_buf_append_str(&b, ": ") &&
-            json_buf_append_str(&b, before) &&
-            (quoted == NULL || json_buf_append_quoted(&b, quoted->ptr, quoted->len)) &&
-            json_buf_append_str(&b, after);
-  if (ok) {
-    err->ptr = b.ptr;
-    err->len = b.len;
-  } else {
-    free(b.ptr);
-    err->ptr = NULL;
-  }
-  return false;
-}
-
-/* Out of memory: no message at all. */
-static bool oom(msg *err) {
-  err->ptr = NULL;
-  return false;
-}
-
-/* Appends ".<key>" or "[<i>]" to a path; restore it with path->len = saved. */
-static bool path_key(json_buf *path, const char *key, size_t len) {
-  return json_buf_append(path, ".", 1) && json_buf_append(path, key, len);
-}
-
-static bool path_index(json_buf *path, size_t i) {
-  char num[24];
-  return json_buf_append(path, "[", 1) && json_buf_append(path, num, json_fmt_uint(num, i)) &&
-         json_buf_append(path, "]", 1);
-}
-
-static void path_truncate(json_buf *path, size_t len) {
-  path->len = len;
-  if (path->ptr != NULL) path->ptr[len] = '\0';
-}
-
 /* ---- validation ----------------------------------------------------------- */
+/* Errors and key paths come from the SDK (keel_fail, keel_path_*); paths are
+ * allocated in the config's document. */
 
-static bool check_action(const json_value *v, const json_buf *path, rules_action *out,
-                         msg *err) {
-  if (v->type != JSON_STRING) return fail(err, path, "expected one of " ACTIONS, NULL, "");
+static bool oom(keel_error *err) {
+  err->len = 0; /* the SDK reports out of memory */
+  return false;
+}
+
+static bool check_action(const json_value *v, keel_str path, rules_action *out,
+                         keel_error *err) {
+  if (v->type != JSON_STRING) return keel_fail(err, path, "expected one of " ACTIONS);
   for (int a = 0; a < 4; a++) {
     if (str_is(v->u.str, ACTION_NAMES[a])) {
       *out = (rules_action)a;
       return true;
     }
   }
-  return fail(err, path, "", &v->u.str, " is not one of " ACTIONS);
+  return keel_failq(err, path, "", v->u.str.ptr, v->u.str.len, " is not one of " ACTIONS);
 }
 
-static bool check_effect(const json_value *v, const json_buf *path, unsigned *out, msg *err) {
+static bool check_effect(const json_value *v, keel_str path, unsigned *out, keel_error *err) {
   static const char *const SHAPE = "expected a string or a non-empty array of strings";
   const json_value *const *items = &v;
   size_t n = 1;
   if (v->type == JSON_ARRAY) {
     items = (const json_value *const *)v->u.arr.items;
     n = v->u.arr.len;
-    if (n == 0) return fail(err, path, SHAPE, NULL, "");
+    if (n == 0) return keel_fail(err, path, SHAPE);
   }
   unsigned mask = 0;
   for (size_t i = 0; i < n; i++) {
     const json_value *e = items[i];
-    if (e->type != JSON_STRING) return fail(err, path, SHAPE, NULL, "");
+    if (e->type != JSON_STRING) return keel_fail(err, path, SHAPE);
     int found = -1;
     for (int k = 0; k < N_EFFECTS; k++)
-      if (str_is(e->u.str, EFFECT_NAMES[k])) found = k;
-    if (found < 0) return fail(err, path, "", &e->u.str, " is not an effect class");
+      if (str_is(e->u.str, keel_effect_name((keel_effect)k))) found = k;
+    if (found < 0) return keel_failq(err, path, "", e->u.str.ptr, e->u.str.len, " is not an effect class");
     mask |= 1u << found;
   }
   *out = mask;
@@ -170,8 +126,9 @@ static long first_duplicate(const json_member *members, size_t len) {
   return (long)first;
 }
 
-static bool check_args(json_doc *doc, const json_value *v, json_buf *path, rule *r, msg *err) {
-  if (v->type != JSON_OBJECT) return fail(err, path, "expected an object", NULL, "");
+static bool check_args(json_doc *doc, const json_value *v, keel_str path, rule *r,
+                       keel_error *err) {
+  if (v->type != JSON_OBJECT) return keel_fail(err, path, "expected an object");
   size_t n = v->u.obj.len;
   const json_member *m = v->u.obj.members;
   long dup = first_duplicate(m, n);
@@ -179,10 +136,10 @@ static bool check_args(json_doc *doc, const json_value *v, json_buf *path, rule 
   arg_cond *conds = json_doc_alloc(doc, n * sizeof *conds);
   if (conds == NULL) return oom(err);
   for (size_t i = 0; i < n; i++) {
-    if ((long)i == dup) return fail(err, path, "duplicate key ", &m[i].key, "");
+    if ((long)i == dup) return keel_failq(err, path, "duplicate key ", m[i].key.ptr, m[i].key.len, "");
     if (m[i].value->type != JSON_STRING) {
-      if (!path_key(path, m[i].key.ptr, m[i].key.len)) return oom(err);
-      return fail(err, path, "expected a string", NULL, "");
+      keel_str kpath = keel_path_key(doc, path, m[i].key.ptr, m[i].key.len);
+      return kpath.ptr ? keel_fail(err, kpath, "expected a string") : oom(err);
     }
     conds[i].key = m[i].key;
     conds[i].glob = m[i].value->u.str;
@@ -195,32 +152,32 @@ static bool check_args(json_doc *doc, const json_value *v, json_buf *path, rule 
 enum { K_TOOL, K_EFFECT, K_ARGS, K_ACTION, K_REASON, N_KEYS };
 static const char *const RULE_KEYS[N_KEYS] = {"tool", "effect", "args", "action", "reason"};
 
-static bool check_rule(json_doc *doc, size_t index, const json_value *v, json_buf *path, rule *r,
-                       msg *err) {
-  if (v->type != JSON_OBJECT) return fail(err, path, "expected an object", NULL, "");
+static bool check_rule(json_doc *doc, size_t index, const json_value *v, keel_str path,
+                       rule *r, keel_error *err) {
+  if (v->type != JSON_OBJECT) return keel_fail(err, path, "expected an object");
   memset(r, 0, sizeof *r);
   bool seen[N_KEYS] = {false}, has_action = false, has_reason = false;
-  size_t base = path->len;
   for (size_t i = 0; i < v->u.obj.len; i++) {
     const json_member *m = &v->u.obj.members[i];
     int k = 0;
     while (k < N_KEYS && !str_is(m->key, RULE_KEYS[k])) k++;
-    if (k == N_KEYS) return fail(err, path, "unknown key ", &m->key, "");
-    if (seen[k]) return fail(err, path, "duplicate key ", &m->key, "");
+    if (k == N_KEYS) return keel_failq(err, path, "unknown key ", m->key.ptr, m->key.len, "");
+    if (seen[k]) return keel_failq(err, path, "duplicate key ", m->key.ptr, m->key.len, "");
     seen[k] = true;
     const json_value *val = m->value;
     if (val->type == JSON_NULL) continue;
-    if (!path_key(path, RULE_KEYS[k], strlen(RULE_KEYS[k]))) return oom(err);
+    keel_str kpath = keel_path_key(doc, path, RULE_KEYS[k], strlen(RULE_KEYS[k]));
+    if (kpath.ptr == NULL) return oom(err);
     bool ok = true;
     switch (k) {
       case K_TOOL:
         if (val->type == JSON_STRING) r->tool = &val->u.str;
-        else ok = fail(err, path, "expected a string", NULL, "");
+        else ok = keel_fail(err, kpath, "expected a string");
         break;
-      case K_EFFECT: ok = check_effect(val, path, &r->effects, err); break;
-      case K_ARGS: ok = check_args(doc, val, path, r, err); break;
+      case K_EFFECT: ok = check_effect(val, kpath, &r->effects, err); break;
+      case K_ARGS: ok = check_args(doc, val, kpath, r, err); break;
       case K_ACTION:
-        ok = check_action(val, path, &r->action, err);
+        ok = check_action(val, kpath, &r->action, err);
         has_action = true;
         break;
       case K_REASON:
@@ -228,16 +185,15 @@ static bool check_rule(json_doc *doc, size_t index, const json_value *v, json_bu
           r->reason = val->u.str;
           has_reason = true;
         } else {
-          ok = fail(err, path, "expected a string", NULL, "");
+          ok = keel_fail(err, kpath, "expected a string");
         }
         break;
     }
     if (!ok) return false;
-    path_truncate(path, base);
   }
   if (!has_action) {
-    if (!path_key(path, "action", 6)) return oom(err);
-    return fail(err, path, "missing", NULL, "");
+    keel_str kpath = keel_path_key(doc, path, "action", 6);
+    return kpath.ptr ? keel_fail(err, kpath, "missing") : oom(err);
   }
   if (!has_reason) {
     static const char PREFIX[] = "matched rule ";
@@ -253,86 +209,52 @@ static bool check_rule(json_doc *doc, size_t index, const json_value *v, json_bu
   return true;
 }
 
-static bool check_config(rules_policy *p, const json_value *root, json_buf *path, msg *err) {
-  if (root->type != JSON_OBJECT) return fail(err, path, "expected an object", NULL, "");
+static bool check_config(rules_policy *p, const keel_obj *root, keel_error *err) {
+  const json_value *obj = root->value;
   bool seen_rules = false, seen_default = false, has_rules = false;
-  for (size_t i = 0; i < root->u.obj.len; i++) {
-    const json_member *m = &root->u.obj.members[i];
+  for (size_t i = 0; i < obj->u.obj.len; i++) {
+    const json_member *m = &obj->u.obj.members[i];
     const json_value *v = m->value;
     bool is_rules = str_is(m->key, "rules");
-    if (!is_rules && !str_is(m->key, "default")) return fail(err, path, "unknown key ", &m->key, "");
+    if (!is_rules && !str_is(m->key, "default"))
+      return keel_failq(err, root->path, "unknown key ", m->key.ptr, m->key.len, "");
     bool *seen = is_rules ? &seen_rules : &seen_default;
-    if (*seen) return fail(err, path, "duplicate key ", &m->key, "");
+    if (*seen) return keel_failq(err, root->path, "duplicate key ", m->key.ptr, m->key.len, "");
     *seen = true;
     if (v->type == JSON_NULL) continue;
-    size_t base = path->len;
-    if (!path_key(path, m->key.ptr, m->key.len)) return oom(err);
+    keel_str path = keel_path_key(p->doc, root->path, m->key.ptr, m->key.len);
+    if (path.ptr == NULL) return oom(err);
     if (!is_rules) {
       if (!check_action(v, path, &p->deflt, err)) return false;
     } else {
-      if (v->type != JSON_ARRAY) return fail(err, path, "expected an array", NULL, "");
+      if (v->type != JSON_ARRAY) return keel_fail(err, path, "expected an array");
       size_t n = v->u.arr.len;
       if (n > SIZE_MAX / sizeof(rule)) return oom(err);
       p->rules = json_doc_alloc(p->doc, n * sizeof(rule));
       if (p->rules == NULL) return oom(err);
-      size_t rules_base = path->len;
       for (size_t j = 0; j < n; j++) {
-        if (!path_index(path, j)) return oom(err);
-        if (!check_rule(p->doc, j, v->u.arr.items[j], path, &p->rules[j], err)) return false;
-        path_truncate(path, rules_base);
+        keel_str rpath = keel_path_index(p->doc, path, j);
+        if (rpath.ptr == NULL) return oom(err);
+        if (!check_rule(p->doc, j, v->u.arr.items[j], rpath, &p->rules[j], err)) return false;
       }
       p->n = n;
       has_rules = true;
     }
-    path_truncate(path, base);
   }
   if (!has_rules) {
-    if (!path_key(path, "rules", 5)) return oom(err);
-    return fail(err, path, "missing", NULL, "");
+    keel_str path = keel_path_key(p->doc, root->path, "rules", 5);
+    return path.ptr ? keel_fail(err, path, "missing") : oom(err);
   }
   return true;
 }
 
-rules_policy *rules_parse(const char *config, size_t len, char **err, size_t *errlen) {
-  *err = NULL;
-  *errlen = 0;
-  /* An empty config (only whitespace) means `{}`, as in the Rust SDK. */
-  size_t i = 0;
-  while (i < len && (config[i] == ' ' || config[i] == '\t' || config[i] == '\n' ||
-                     config[i] == '\r'))
-    i++;
-  if (i == len) {
-    config = "{}";
-    len = 2;
-  }
-  char *jerr = NULL;
-  json_doc *doc = json_parse(config, len, &jerr);
-  if (doc == NULL) {
-    if (jerr != NULL) {
-      json_buf b = {0};
-      if (json_buf_append_str(&b, "config: invalid JSON: ") && json_buf_append_str(&b, jerr)) {
-        *err = b.ptr;
-        *errlen = b.len;
-      } else
-        free(b.ptr);
-      free(jerr);
-    }
-    return NULL;
-  }
+rules_policy *rules_parse(const char *config, size_t len, keel_error *err) {
   rules_policy *p = calloc(1, sizeof *p);
-  if (p == NULL) {
-    json_doc_free(doc);
-    return NULL;
-  }
-  p->doc = doc;
+  if (p == NULL) return NULL;
   p->deflt = RULES_DENY;
-  json_buf path = {0};
-  msg m = {NULL, 0};
-  bool ok = json_buf_append_str(&path, "config") && check_config(p, doc->root, &path, &m);
-  free(path.ptr);
-  if (!ok) {
-    *err = m.ptr;
-    *errlen = m.ptr != NULL ? m.len : 0;
+  keel_obj root;
+  /* The SDK reads an empty config as {} and words a JSON error like the others. */
+  if (!keel_config_parse(config, len, &p->doc, &root, err) || !check_config(p, &root, err)) {
     rules_free(p);
     return NULL;
   }

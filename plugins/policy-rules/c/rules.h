@@ -1,11 +1,14 @@
 /* The policy-rules logic, free of any binding: config validation and rule
- * evaluation exactly as ../README.md specifies. Builds for wasm32-wasip1 and
- * for the host (see test.sh). */
+ * evaluation exactly as ../README.md specifies, on the C SDK's JSON and
+ * config errors (guest-sdk/c). Builds for wasm32-wasip1 and for the host
+ * (see test.sh). */
 #ifndef KEEL_RULES_H
 #define KEEL_RULES_H
 
 #include <stdbool.h>
 #include <stddef.h>
+
+#include "keel_guest.h"
 
 typedef enum {
   RULES_ALLOW,
@@ -26,11 +29,10 @@ typedef enum {
 typedef struct rules_policy rules_policy;
 
 /* Parses and validates a config. On success returns the policy (free it with
- * rules_free). On failure returns NULL and sets *err to a malloc'd,
- * NUL-terminated message of *err_len bytes naming the bad key's path, for
- * example `config.rules[1].action: missing` (*err is NULL only when out of
- * memory). The message can hold a NUL byte where a key does. */
-rules_policy *rules_parse(const char *config, size_t len, char **err, size_t *err_len);
+ * rules_free). On failure returns NULL and sets *err to a message naming the
+ * bad key's path, for example `config.rules[1].action: missing` (empty only
+ * when out of memory). The message can hold a NUL byte where a key does. */
+rules_policy *rules_parse(const char *config, size_t len, keel_error *err);
 
 void rules_free(rules_policy *policy);
 

@@ -1,5 +1,6 @@
 #!/bin/sh
-# Builds and runs the native unit tests of the rule logic (rules.c, json.c):
+# Builds and runs the native unit tests of the rule logic (rules.c, on the
+# C SDK built natively, without a world):
 #   plugins/policy-rules/c/test.sh
 # CC picks the compiler (default cc). With a compiler that supports them, the
 # tests run under AddressSanitizer, LeakSanitizer and UBSan, so a leak or an
@@ -20,15 +21,16 @@ command -v "$cc" >/dev/null 2>&1 || {
 
 flags="-std=c11 -Wall -Wextra -Werror -g -O1"
 san="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
-srcs="$here/rules.c $here/json.c $here/test_rules.c"
+sdk=$(cd "$here/../../../guest-sdk/c" && pwd)
+srcs="$here/rules.c $sdk/keel_guest.c $here/test_rules.c"
 
 # shellcheck disable=SC2086 # word splitting of the flag lists is intended
 if printf 'int main(void){return 0;}\n' >"$build/probe.c" &&
   "$cc" $san "$build/probe.c" -o "$build/probe" 2>/dev/null && "$build/probe"; then
-  "$cc" $flags $san -I"$here" $srcs -o "$bin"
+  "$cc" $flags $san -I"$here" -I"$sdk" $srcs -o "$bin"
 else
   echo "test.sh: sanitizers unavailable with $cc; running without them" >&2
-  "$cc" $flags -I"$here" $srcs -o "$bin"
+  "$cc" $flags -I"$here" -I"$sdk" $srcs -o "$bin"
 fi
 rm -f "$build/probe.c" "$build/probe"
 
