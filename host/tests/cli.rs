@@ -334,3 +334,6 @@ fn plugin_inspect_names_exactly_the_worlds_check_accepts() {
         );
     }
 }
+
+#[path = "cli/plugin_new.rs"]
+mod plugin_new;

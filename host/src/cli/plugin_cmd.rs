@@ -1,6 +1,8 @@
-//! `keel plugin inspect|check|compile`.
+//! `keel plugin inspect|check|compile|new|test`.
 
 use super::exit;
+use crate::plugin_test;
+use crate::scaffold::{self, Lang, ScaffoldError};
 use crate::wasm::{cache, inspect, EngineOptions, WasmHost, World};
 use anyhow::{anyhow, Context};
 use clap::Subcommand;
@@ -22,6 +24,30 @@ pub enum PluginCommand {
         #[arg(long)]
         world: String,
     },
+    /// Write a new plugin folder for a world and a language, on that
+    /// language's SDK: source, a unit test, a README, build.sh and test.sh.
+    /// Refuses a folder that is not empty (exit 2).
+    New {
+        dir: PathBuf,
+        #[arg(long, value_enum)]
+        world: WorldArg,
+        #[arg(long, value_enum)]
+        lang: Lang,
+    },
+    /// Run a component against recorded cases (a view, or a call and its
+    /// effect, or a tool call) and compare its answers: exit 0 when all
+    /// match, 1 with a diff per mismatch, 2 for a malformed cases file.
+    Test {
+        file: PathBuf,
+        #[arg(long, value_enum)]
+        world: WorldArg,
+        /// The cases file (JSON; see docs/plugin-test.md).
+        #[arg(long)]
+        cases: PathBuf,
+        /// The compile cache (default: .keel/cache).
+        #[arg(long, default_value = ".keel/cache")]
+        cache_dir: PathBuf,
+    },
     /// Compile components into the cache, so that the next run loads them
     /// in milliseconds.
     Compile {
@@ -30,6 +56,37 @@ pub enum PluginCommand {
         #[arg(long, default_value = ".keel/cache")]
         cache_dir: PathBuf,
     },
+}
+
+/// `--world` of `keel plugin new`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum WorldArg {
+    Agent,
+    Policy,
+    Tool,
+}
+
+impl From<WorldArg> for World {
+    fn from(w: WorldArg) -> World {
+        match w {
+            WorldArg::Agent => World::Agent,
+            WorldArg::Policy => World::Policy,
+            WorldArg::Tool => World::Tool,
+        }
+    }
+}
+
+/// A cases file's text, refused past its size bound.
+fn read_cases(path: &std::path::Path) -> anyhow::Result<String> {
+    use std::io::Read;
+    let f = std::fs::File::open(path)?;
+    let mut text = String::new();
+    f.take(plugin_test::cases::MAX_FILE_BYTES + 1)
+        .read_to_string(&mut text)?;
+    if text.len() as u64 > plugin_test::cases::MAX_FILE_BYTES {
+        anyhow::bail!("larger than {} bytes", plugin_test::cases::MAX_FILE_BYTES);
+    }
+    Ok(text)
 }
 
 fn parse_world(s: &str) -> anyhow::Result<World> {
@@ -124,6 +181,61 @@ pub async fn run(cmd: PluginCommand) -> anyhow::Result<i32> {
             host.load(&file, world, None)?;
             println!("{} fits the {world} world", file.display());
             Ok(exit::OK)
+        }
+        PluginCommand::New { dir, world, lang } => {
+            let world = World::from(world);
+            match scaffold::write(&dir, world, lang, &scaffold::default_root()) {
+                Ok(files) => {
+                    for f in &files {
+                        println!("wrote {}", f.display());
+                    }
+                    println!(
+                        "next: {0}/test.sh, then {0}/build.sh and keel plugin check <its last line> --world {world}",
+                        dir.display()
+                    );
+                    Ok(exit::OK)
+                }
+                Err(e @ (ScaffoldError::NotEmpty(_) | ScaffoldError::NotAFolder(_))) => {
+                    eprintln!("error: {e}");
+                    Ok(exit::USAGE)
+                }
+                Err(e) => Err(e.into()),
+            }
+        }
+        PluginCommand::Test {
+            file,
+            world,
+            cases,
+            cache_dir,
+        } => {
+            let world = World::from(world);
+            let text = match read_cases(&cases) {
+                Ok(t) => t,
+                Err(e) => {
+                    eprintln!("error: {}: {e}", cases.display());
+                    return Ok(exit::USAGE);
+                }
+            };
+            let parsed = match plugin_test::cases::parse(&text, world) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("error: {}: {e}", cases.display());
+                    return Ok(exit::USAGE);
+                }
+            };
+            let host = WasmHost::new(EngineOptions {
+                pooling: false,
+                cache_dir: Some(cache_dir),
+                ..EngineOptions::default()
+            })?;
+            let plugin = host.load(&file, world, None)?;
+            let outcomes = plugin_test::run(&host, &plugin, &parsed).await;
+            print!("{}", plugin_test::report(&outcomes, world));
+            Ok(if outcomes.iter().all(|o| o.passed) {
+                exit::OK
+            } else {
+                exit::REFUSED
+            })
         }
         PluginCommand::Compile { files, cache_dir } => {
             let host = WasmHost::new(EngineOptions {

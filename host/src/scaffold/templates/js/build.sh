@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Builds this plugin into a component and prints its path last:
+#   ./build.sh [OUT.wasm]
+# Needs Node.js and the checkout's pinned componentize-js (`make plugins`
+# installs it).
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="${KEEL_ROOT:-{{keel_root}}}"
+out="${1:-$here/build/{{name}}.wasm}"
+case "$out" in /*) ;; *) out="$PWD/$out" ;; esac
+KEEL_ROOT="$root" "$root/guest-sdk/js/build.sh" {{world}} "$here" "$out" plugin.js
+echo "$out"
