@@ -406,13 +406,17 @@ fn view(o: &mut Obj<'_>) -> Result<ViewInput, CasesError> {
     })
 }
 
-fn expect(path: &str, world: World, v: &Value) -> Result<Expect, CasesError> {
-    let answer = match world {
+/// The key of a world's answer in a case (`decision`, `verdict`, `result`).
+pub fn answer_key(world: World) -> &'static str {
+    match world {
         World::Agent => "decision",
         World::Policy => "verdict",
         World::Tool => "result",
-    };
-    let (k, val) = single(path, v, &[answer, "error", "init_error"])?;
+    }
+}
+
+fn expect(path: &str, world: World, v: &Value) -> Result<Expect, CasesError> {
+    let (k, val) = single(path, v, &[answer_key(world), "error", "init_error"])?;
     let kpath = format!("{path}.{k}");
     Ok(match k {
         "error" | "init_error" => {

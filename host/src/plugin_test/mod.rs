@@ -10,7 +10,7 @@ use crate::types::{Limits, Run};
 use crate::wasm::{
     Plugin, PluginLimits, ToolCaps, WasmAgent, WasmHost, WasmPolicy, WasmTools, World,
 };
-use cases::{Case, CasesFile, Expect, Input, ViewInput};
+use cases::{answer_key, Case, CasesFile, Expect, Input, ViewInput};
 use serde_json::Value;
 use std::sync::Arc;
 
@@ -156,11 +156,7 @@ pub async fn run(host: &Arc<WasmHost>, plugin: &Arc<Plugin>, file: &CasesFile) -
 }
 
 fn expected_lines(e: &Expect, world: World) -> Vec<String> {
-    let key = match world {
-        World::Agent => "decision",
-        World::Policy => "verdict",
-        World::Tool => "result",
-    };
+    let key = answer_key(world);
     match e {
         Expect::Answer(v) => pretty(key, v),
         Expect::Error(s) => vec![format!("error containing {}", Value::String(s.clone()))],
@@ -172,11 +168,7 @@ fn expected_lines(e: &Expect, world: World) -> Vec<String> {
 }
 
 fn got_lines(g: &Got, world: World) -> Vec<String> {
-    let key = match world {
-        World::Agent => "decision",
-        World::Policy => "verdict",
-        World::Tool => "result",
-    };
+    let key = answer_key(world);
     match g {
         Got::Answer(v) => pretty(key, v),
         Got::Error(s) => vec![format!("error {}", Value::String(s.clone()))],

@@ -328,6 +328,10 @@ impl WasmHost {
                     path: name.into(),
                     detail: format!("{e:#}"),
                 })?;
+        memory_image(&component).map_err(|e| PluginError::NotAComponent {
+            path: name.into(),
+            detail: format!("cannot build its memory image: {e:#}"),
+        })?;
         let pre = self
             .prepare(&component, world)
             .map_err(|detail| PluginError::WrongWorld {
@@ -398,4 +402,21 @@ impl WasmHost {
             ),
         })
     }
+}
+
+/// Builds the copy-on-write image every instance's memory starts from, at
+/// load rather than at the first instantiate. On Linux it is a sealed memfd,
+/// and the kernel can refuse the seal for a moment (`EBUSY` while a page of
+/// the fresh file is still referenced from another CPU), so a refusal is
+/// tried again a few times before the load fails.
+fn memory_image(component: &wasmtime::component::Component) -> anyhow::Result<()> {
+    let mut wait = std::time::Duration::from_millis(5);
+    for _ in 0..5 {
+        if component.initialize_copy_on_write_image().is_ok() {
+            return Ok(());
+        }
+        std::thread::sleep(wait);
+        wait *= 2;
+    }
+    Ok(component.initialize_copy_on_write_image()?)
 }
