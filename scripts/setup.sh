@@ -87,12 +87,12 @@ apt_install chromium chromium-driver
 # A Python tool in a virtualenv per version of its pinned requirements,
 # linked as target/tools/NAME. The stamp is written last: a venv without
 # it is half-installed (an interrupted run) and is built again.
-venv_tool() { # NAME REQUIREMENTS WHAT MINUTES [LINK]
+venv_tool() { # NAME REQUIREMENTS WHAT HOW-LONG [LINK]
   local req=$2 key venv
   key=$(sha256sum "$req" | cut -c1-12)
   venv="${XDG_CACHE_HOME:-$HOME/.cache}/keel/$1-$key"
   if [ ! -f "$venv/.keel-complete" ]; then
-    say "installing $3 into $venv (about $4 minutes)"
+    say "installing $3 into $venv (about $4)"
     rm -rf "$venv"
     python3 -m venv "$venv"
     "$venv/bin/pip" install -q --disable-pip-version-check -r "$req"
@@ -107,9 +107,9 @@ venv_tool() { # NAME REQUIREMENTS WHAT MINUTES [LINK]
     ln -sfn "$venv/bin/$1" "target/tools/$1"
   fi
 }
-venv_tool litellm scripts/requirements-litellm.txt "LiteLLM's proxy" two
-venv_tool phoenix scripts/requirements-phoenix.txt "Arize Phoenix (the OTLP receiver)" three
-venv_tool mcp-venv scripts/requirements-mcp.txt "the mcp package (the MCP fault server's API)" one venv
+venv_tool litellm scripts/requirements-litellm.txt "LiteLLM's proxy" "two minutes"
+venv_tool phoenix scripts/requirements-phoenix.txt "Arize Phoenix (the OTLP receiver)" "three minutes"
+venv_tool mcp-venv scripts/requirements-mcp.txt "the mcp package (the MCP fault server's API)" "a minute" venv
 
 # MCP servers the tests run Keel's MCP tools against, from their lockfile.
 stamp=scripts/mcp/node_modules/.keel-stamp

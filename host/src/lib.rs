@@ -32,4 +32,16 @@ pub use consumer::{Agent, ConsumerError, FnTool, Policy, RunView, ToolError, Too
 pub use driver::{Consumers, DriverError, Outcome, Runtime};
 pub use store::{Store, StoreError, StoreHandle, Sync};
 pub use tools::ToolSet;
+
+/// The test and benchmark hooks compiled into this build (the crate's
+/// `fault-injection`, `test-hooks` and `bench-hooks` features): empty in
+/// the `keel` an operator builds, all three under `cargo test`.
+pub const BUILD_HOOKS: &[&str] = &[
+    #[cfg(feature = "fault-injection")]
+    "fault-injection",
+    #[cfg(feature = "test-hooks")]
+    "test-hooks",
+    #[cfg(feature = "bench-hooks")]
+    "bench-hooks",
+];
 pub use types::*;

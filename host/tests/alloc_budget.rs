@@ -12,6 +12,7 @@
 //! idle between commits, so each commit runs inline, not on the writer
 //! thread), in one test function, so that nothing else allocates meanwhile.
 
+#[path = "all/common/mod.rs"]
 mod common;
 
 use common::wasm::{host, plugin};

@@ -2,6 +2,7 @@
 //! stops the cluster every other PostgreSQL test uses, and cargo runs test
 //! binaries one at a time.
 
+#[path = "all/common/mod.rs"]
 mod common;
 
 use common::engine::{pg_url, Engine, TestStore};

@@ -39,9 +39,22 @@ const EXIT_CODES: &str = "Exit codes:
   4  the run ended failed or cancelled
   5  the run is parked: its model server stayed unavailable (see `keel resume`)";
 
+/// `keel --version`: the version, and the test hooks built in (none in
+/// the binary `cargo build -p keel` makes).
+fn long_version() -> &'static str {
+    static V: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    V.get_or_init(|| {
+        let hooks = match crate::BUILD_HOOKS {
+            [] => "none".to_string(),
+            h => h.join(", "),
+        };
+        format!("{}\ntest hooks: {hooks}", env!("CARGO_PKG_VERSION"))
+    })
+}
+
 /// Keel: durable agent runs with sandboxed WebAssembly plugins.
 #[derive(Parser, Debug)]
-#[command(name = "keel", version, after_help = EXIT_CODES)]
+#[command(name = "keel", version, long_version = long_version(), after_help = EXIT_CODES)]
 pub struct Cli {
     /// The store to read or write: a SQLite file or a `postgres://` URL
     /// (default: the config's `store`, else ./keel.db).

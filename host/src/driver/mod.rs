@@ -8,6 +8,7 @@
 
 pub mod clock;
 mod facade;
+mod faults;
 pub mod operator;
 mod run_loop;
 
@@ -33,8 +34,9 @@ pub struct Runtime {
     pub(crate) ids: Arc<dyn Ids>,
     pub(crate) lease_ttl_ms: i64,
     pub(crate) observer: Option<Observer>,
+    #[cfg(feature = "test-hooks")]
     pub(crate) reload_each_step: bool,
-    pub(crate) crash_at: Option<String>,
+    pub(crate) faults: faults::Faults,
     /// Set by [`Runtime::stop_at_next_step`]; shared by the clones.
     pub(crate) stopping: Arc<std::sync::atomic::AtomicBool>,
     /// Where runs' spans go, if anywhere.
@@ -108,8 +110,9 @@ impl Runtime {
             ids: Arc::new(RandomIds),
             lease_ttl_ms: 30_000,
             observer: None,
+            #[cfg(feature = "test-hooks")]
             reload_each_step: false,
-            crash_at: std::env::var("KEEL_TEST_CRASH_AT").ok(),
+            faults: faults::Faults::from_env(),
             stopping: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             telemetry: None,
         }
@@ -157,7 +160,7 @@ impl Runtime {
 
     /// Reload steps and approvals from the store at every step instead of
     /// keeping them (the old, slow path; tests compare the two).
-    #[doc(hidden)]
+    #[cfg(feature = "test-hooks")]
     pub fn reload_each_step(mut self, on: bool) -> Self {
         self.reload_each_step = on;
         self

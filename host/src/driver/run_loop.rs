@@ -4,7 +4,6 @@ use super::*;
 use crate::consumer::{ConsumerError, RunView, ToolError};
 use crate::store::{Expect, NewEvent, Transition};
 use serde_json::json;
-use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Why the loop stopped early: it was told to (cancel, lost lease), which is
 /// an outcome, or something broke, which is an error.
@@ -149,7 +148,7 @@ pub(super) async fn start(
     };
     lp.trace_on();
     lp.notify(&committed.events);
-    lp.maybe_crash(&crash_points);
+    lp.rt.faults.after_commit(&crash_points);
     let _hb = heartbeat(rt, &lp.run.id, &lp.owner);
     let flow = lp.drive().await;
     lp.finish(flow).await
@@ -354,7 +353,7 @@ impl<'r> Loop<'r> {
                     }
                 }
                 self.notify(&done.events);
-                self.maybe_crash(&crash_points);
+                self.rt.faults.after_commit(&crash_points);
                 Ok(())
             }
             Err(StoreError::Conflict { .. }) => {
@@ -365,24 +364,6 @@ impl<'r> Loop<'r> {
                 Err(Halt::Outcome(Outcome { run, pending: None }))
             }
             Err(e) => Err(Halt::Error(e.into())),
-        }
-    }
-
-    /// Test hook: abort the process right after a write with a named event
-    /// committed (`KEEL_TEST_CRASH_AT=step.executing@2` is the second such
-    /// write). A write that finishes a step and starts the next is a crash
-    /// point of both.
-    fn maybe_crash(&self, points: &[&str]) {
-        static SEEN: AtomicU32 = AtomicU32::new(0);
-        let Some(spec) = &self.rt.crash_at else {
-            return;
-        };
-        let (name, nth) = spec
-            .split_once('@')
-            .map(|(n, k)| (n, k.parse().unwrap_or(1)))
-            .unwrap_or((spec.as_str(), 1));
-        if points.contains(&name) && SEEN.fetch_add(1, Ordering::SeqCst) + 1 == nth {
-            std::process::abort();
         }
     }
 
@@ -425,6 +406,9 @@ impl<'r> Loop<'r> {
         events.push(NewEvent::new(EventKind::StepStarted, Some(i), json!({})));
     }
 
+    /// The old path the step cache replaced, kept for tests that compare
+    /// the two (`test-hooks`).
+    #[cfg(feature = "test-hooks")]
     async fn reload_if_asked(&mut self) -> Flow<()> {
         if self.rt.reload_each_step {
             let id = self.run.id.clone();
@@ -815,6 +799,7 @@ impl<'r> Loop<'r> {
                     pending: None,
                 });
             }
+            #[cfg(feature = "test-hooks")]
             self.reload_if_asked().await?;
             // A started step is decided now: the write that ended the
             // previous step (or created the run) started it, or a crash
@@ -1318,11 +1303,7 @@ impl<'r> Loop<'r> {
             let e = result.as_ref().err().map(|e| e.to_string());
             t.tool_call(&call.tool, i, started, e.as_deref());
         }
-        if let Some(spec) = &self.rt.crash_at {
-            if spec == "tool.ran" {
-                std::process::abort();
-            }
-        }
+        self.rt.faults.after_tool();
         let now = self.now();
         let mut s = self.steps[i as usize].clone();
         s.version += 1;
@@ -1471,9 +1452,10 @@ impl<'r> Loop<'r> {
 /// The event kinds of a write that the crash hook may name; nothing is
 /// collected unless the hook is set.
 fn crash_points<'k>(rt: &Runtime, kinds: impl Iterator<Item = &'k str>) -> Vec<&'k str> {
-    match rt.crash_at {
-        Some(_) => kinds.filter(|k| !k.starts_with("plugin.")).collect(),
-        None => Vec::new(),
+    if rt.faults.armed() {
+        kinds.filter(|k| !k.starts_with("plugin.")).collect()
+    } else {
+        Vec::new()
     }
 }
 

@@ -42,6 +42,7 @@ pub fn tool_spec_in(s: wit::ToolSpec) -> ToolSpec {
     }
 }
 
+#[cfg(feature = "bench-hooks")]
 pub fn call_out(c: &ToolCall) -> wit::ToolCall {
     wit::ToolCall {
         tool: c.tool.clone(),
@@ -61,6 +62,7 @@ pub fn decision_in(d: wit::Decision) -> Decision {
     }
 }
 
+#[cfg(feature = "bench-hooks")]
 fn decision_out(d: &Decision) -> wit::Decision {
     match d {
         Decision::Call(c) => wit::Decision::Call(call_out(c)),
@@ -82,6 +84,7 @@ pub fn verdict_in(v: wit::Verdict) -> Verdict {
     }
 }
 
+#[cfg(feature = "bench-hooks")]
 fn verdict_out(v: &Verdict) -> wit::Verdict {
     match v {
         Verdict::Allow => wit::Verdict::Allow,
@@ -115,6 +118,7 @@ pub fn observation_kind_out(k: ObservationKind) -> wit::ObservationKind {
     }
 }
 
+#[cfg(feature = "bench-hooks")]
 pub fn step_out(s: &Step) -> wit::Step {
     wit::Step {
         index: s.index,
@@ -148,6 +152,7 @@ pub fn approval_status_out(s: ApprovalStatus) -> wit::ApprovalStatus {
     }
 }
 
+#[cfg(feature = "bench-hooks")]
 pub fn approval_out(a: &Approval) -> wit::Approval {
     wit::Approval {
         id: a.id.clone(),
@@ -174,6 +179,7 @@ pub fn run_status_out(s: RunStatus) -> wit::RunStatus {
     }
 }
 
+#[cfg(feature = "bench-hooks")]
 pub fn run_out(r: &Run, step_count: u32) -> wit::RunInfo {
     wit::RunInfo {
         id: r.id.clone(),

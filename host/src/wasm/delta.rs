@@ -1,8 +1,9 @@
 //! Per-instance memory of what a plugin has already been handed, so that
 //! each call carries only what changed.
 
-use super::bindings::wit;
-use super::{convert, lower};
+use super::lower;
+#[cfg(feature = "bench-hooks")]
+use super::{bindings::wit, convert};
 use crate::consumer::RunView;
 use crate::types::{Approval, ApprovalStatus, Step, StepState};
 use std::collections::HashMap;
@@ -40,7 +41,8 @@ impl DeltaTracker {
     }
 
     /// The same delta as owned WIT values, for calls through the generated
-    /// bindings (benchmarks compare the two).
+    /// bindings (benchmarks compare the two; `bench-hooks`).
+    #[cfg(feature = "bench-hooks")]
     pub fn delta_owned(&mut self, view: RunView<'_>) -> wit::ViewDelta {
         let (reset, steps, approvals) = self.changes(view);
         wit::ViewDelta {

@@ -1,6 +1,8 @@
 //! Live plugin instances behind the loop's consumer traits.
 
-use super::bindings::{policy, tool, wit};
+#[cfg(feature = "bench-hooks")]
+use super::bindings::policy;
+use super::bindings::{tool, wit};
 use super::deadline::{CallDeadline, Overran};
 use super::limits::{classify, PluginLimits};
 use super::{convert, delta::DeltaTracker, lower, HostState, Plugin, PluginPre, WasmHost};
@@ -50,6 +52,7 @@ fn arm(store: &mut Store<HostState>) -> Result<(), ConsumerError> {
 
 /// Lifts the fuel and deadline budgets for the benches' raw calls, which
 /// arm nothing per call (once: a raw call never lowers them back).
+#[cfg(feature = "bench-hooks")]
 fn unbudgeted(store: &mut Store<HostState>) -> wasmtime::Result<()> {
     if store.get_fuel().unwrap_or(0) < 1 << 40 {
         store.set_fuel(u64::MAX / 2)?;
@@ -195,7 +198,7 @@ impl WasmAgent {
     /// no approvals) through the same typed export and nothing else: no
     /// budgets armed, no tracker, no conversion or size check. Only for
     /// measuring what Keel adds to a call.
-    #[doc(hidden)]
+    #[cfg(feature = "bench-hooks")]
     pub async fn decide_raw(
         &mut self,
         run: &Run,
@@ -212,7 +215,7 @@ impl WasmAgent {
 
     /// Makes the next call hand over the whole view again, as to a new
     /// instance (benchmarks compare this with a one-step delta).
-    #[doc(hidden)]
+    #[cfg(feature = "bench-hooks")]
     pub fn forget_view(&mut self) {
         self.tracker.invalidate();
     }
@@ -261,8 +264,11 @@ impl Agent for WasmAgent {
 /// A policy component serving one run.
 pub struct WasmPolicy {
     store: Store<HostState>,
+    /// For the raw bindings of `evaluate_raw`.
+    #[cfg(feature = "bench-hooks")]
     instance: wasmtime::component::Instance,
     /// The generated bindings, made by the first `evaluate_raw`.
+    #[cfg(feature = "bench-hooks")]
     raw: Option<policy::Policy>,
     evaluate: lower::Evaluate,
     /// The policy chose at `init` to see the run's info alone: its deltas
@@ -312,7 +318,9 @@ impl WasmPolicy {
         };
         Ok(WasmPolicy {
             store,
+            #[cfg(feature = "bench-hooks")]
             instance,
+            #[cfg(feature = "bench-hooks")]
             raw: None,
             evaluate,
             call_only: view == wit::PolicyView::CallOnly,
@@ -324,7 +332,7 @@ impl WasmPolicy {
 
 impl WasmPolicy {
     /// The arguments of a raw `evaluate` (benchmarks).
-    #[doc(hidden)]
+    #[cfg(feature = "bench-hooks")]
     pub fn raw_parts(
         &mut self,
         call: &ToolCall,
@@ -360,7 +368,7 @@ impl WasmPolicy {
 
     /// Calls the export through the typed bindings alone: no budgets armed,
     /// no conversion, no checks. Only for measuring what Keel adds.
-    #[doc(hidden)]
+    #[cfg(feature = "bench-hooks")]
     pub async fn evaluate_raw(
         &mut self,
         call: &wit::ToolCall,

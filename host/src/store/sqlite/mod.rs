@@ -858,8 +858,8 @@ impl Store {
             .collect()
     }
 
-    /// Direct access for tests that tamper with rows.
-    #[doc(hidden)]
+    /// Direct access for tests that tamper with rows (`test-hooks`).
+    #[cfg(feature = "test-hooks")]
     pub fn connection(&self) -> &Connection {
         &self.conn
     }

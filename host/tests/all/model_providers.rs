@@ -2,7 +2,7 @@
 //! the chat-completions protocol (a small server in this file), and the
 //! replay provider.
 
-mod common;
+use crate::common;
 
 use keel::model::*;
 use std::collections::VecDeque;

@@ -2,7 +2,7 @@
 //! tool capabilities, the views plugins reassemble from deltas, and hostile
 //! plugins that must not take the host down.
 
-mod common;
+use crate::common;
 
 use common::wasm::*;
 use common::*;

@@ -2,7 +2,7 @@
 //! human-readable output, listings that page through everything, store
 //! paths that say what is wrong with them, goals from files.
 
-mod common;
+use crate::common;
 
 use common::wasm::plugin_path;
 use std::path::{Path, PathBuf};

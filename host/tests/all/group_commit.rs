@@ -4,7 +4,7 @@
 //! `postgres::NAME`); how SQLite's writer thread forms groups is tested on
 //! SQLite alone.
 
-mod common;
+use crate::common;
 
 use common::engine::{event_kinds, TestStore};
 use common::*;

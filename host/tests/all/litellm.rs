@@ -5,7 +5,7 @@
 //! `target/tools/litellm` (`KEEL_LITELLM` names another); without it the
 //! tests skip, and under `CI=true` they fail.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};

@@ -2,7 +2,7 @@
 //! limits, cancel and leases. Every test runs on both store engines, from
 //! one test code: `sqlite::NAME` and `postgres::NAME`.
 
-mod common;
+use crate::common;
 
 use common::engine::{event_kinds, TestStore};
 use common::*;

@@ -3,7 +3,7 @@
 //! roles that are not what Keel needs. (Everything both engines share is
 //! in `engines.rs`; a server restart is in `pg_restart.rs`.)
 
-mod common;
+use crate::common;
 
 use common::engine::{pg_client, pg_reader_url, with_database, Engine, TestStore};
 use common::*;

@@ -6,7 +6,7 @@
 //! the Python of the virtualenv `target/tools/mcp-venv`). Without them the tests skip;
 //! under `CI=true` they fail.
 
-mod common;
+use crate::common;
 
 use common::http::ServeProcess;
 

@@ -4,7 +4,7 @@
 //! reported, tool specs are bounded, a network grant opens sockets and its
 //! absence refuses them, and links out of a granted directory are refused.
 
-mod common;
+use crate::common;
 
 use common::wasm::*;
 use common::*;

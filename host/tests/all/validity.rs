@@ -1,7 +1,7 @@
 //! Every built plugin loads with wasmtime, targets the world it claims and
 //! imports nothing that world does not allow.
 
-mod common;
+use crate::common;
 
 use common::wasm::*;
 use keel::wasm::{inspect, World};

@@ -2,7 +2,7 @@
 //! crash at every write point, cancel from another process and the race
 //! of two processes for a run are in `engines.rs`, on both engines.)
 
-mod common;
+use crate::common;
 
 use common::*;
 use keel::store::{Expect, Transition};

@@ -3,7 +3,7 @@
 //! command's answers to bad input. `keel bench serve`: a small load
 //! through a server's API.
 
-mod common;
+use crate::common;
 
 use common::wasm::{plugin_path, plugins_dir};
 use std::process::Output;

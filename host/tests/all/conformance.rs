@@ -2,7 +2,7 @@
 //! scenarios: policy-rules in Rust, C, Python and JavaScript; agent-scripted
 //! in Rust, Python and JavaScript.
 
-mod common;
+use crate::common;
 
 use common::wasm::*;
 use keel::consumer::{EventSink, RunView};

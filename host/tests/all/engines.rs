@@ -3,7 +3,7 @@
 //! on PostgreSQL (`sqlite::NAME` and `postgres::NAME`). Child processes
 //! (crashes, races, claimers) are this binary run again with `--ignored`.
 
-mod common;
+use crate::common;
 
 use common::engine::{Engine, TestStore};
 use common::*;
@@ -432,7 +432,7 @@ fn spawn_child(mode: &str, store: &TestStore, env: &[(&str, &str)]) -> std::proc
     let mut c = std::process::Command::new(std::env::current_exe().unwrap());
     c.args([
         "--exact",
-        "child",
+        "engines::child",
         "--ignored",
         "--nocapture",
         "--test-threads=1",

@@ -3,7 +3,7 @@
 //! clear error and leaves no partial transition. And an older schema, which
 //! is migrated with nothing lost.
 
-mod common;
+use crate::common;
 
 use common::*;
 use keel::*;

@@ -4,7 +4,7 @@
 //! stored row must be the same. On both store engines, from one test code:
 //! `sqlite::NAME` and `postgres::NAME`.
 
-mod common;
+use crate::common;
 
 use common::engine::TestStore;
 use common::*;

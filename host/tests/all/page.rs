@@ -6,7 +6,7 @@
 //! relative to `host/` (`KEEL_SCREENSHOTS=$PWD/docs/img` from the top
 //! updates the committed ones).
 
-mod common;
+use crate::common;
 
 use common::http::{request, tokens_file, wait_for, Reply, ServeProcess};
 use common::wasm::quickstart_config;

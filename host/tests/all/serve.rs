@@ -2,7 +2,7 @@
 //! runs whose approval an operator answered, with no `keel resume`; it
 //! stops on SIGTERM. On both engines.
 
-mod common;
+use crate::common;
 
 use common::engine::TestStore;
 use common::http::ServeProcess;

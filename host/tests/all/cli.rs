@@ -1,7 +1,7 @@
 //! The `keel` binary on bad input: a clear message, the documented exit
 //! code, and the store untouched.
 
-mod common;
+use crate::common;
 
 use common::wasm::plugin_path;
 use std::path::{Path, PathBuf};
@@ -335,5 +335,4 @@ fn plugin_inspect_names_exactly_the_worlds_check_accepts() {
     }
 }
 
-#[path = "cli/plugin_new.rs"]
 mod plugin_new;

@@ -5,7 +5,7 @@
 //! hangs or answers 500 never blocks or fails a run, and is logged once
 //! per interval, not once per span.
 
-mod common;
+use crate::common;
 
 use common::wasm::plugin_path;
 use std::io::{Read, Write};

@@ -4,7 +4,7 @@
 //! Every test runs on both store engines, from one test code:
 //! `sqlite::NAME` and `postgres::NAME`.
 
-mod common;
+use crate::common;
 
 use async_trait::async_trait;
 use common::engine::{event_kinds, Engine, TestStore};

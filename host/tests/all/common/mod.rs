@@ -140,6 +140,7 @@ pub fn kinds(store: &Store, run_id: &str) -> Vec<String> {
         .map(|e| e.kind.into_owned())
         .collect()
 }
+#[macro_use]
 pub mod engine;
 pub mod http;
 pub mod wasm;

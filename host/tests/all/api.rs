@@ -3,7 +3,7 @@
 //! answering its approval, the live event stream, paging, metrics, and
 //! every kind of bad request with its documented status.
 
-mod common;
+use crate::common;
 
 use common::engine::TestStore;
 use common::http::{follow_events, request, tokens_file, wait_for, ServeProcess};
