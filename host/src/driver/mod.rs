@@ -9,6 +9,7 @@
 pub mod clock;
 mod facade;
 mod faults;
+mod machine;
 pub mod operator;
 mod run_loop;
 

@@ -42,6 +42,38 @@ pub fn cancel_transition(
         next.lease_expires = None;
     }
     let mut events = Vec::new();
+    let closed = close_pending(approvals, who, now, &mut events);
+    let settled: Vec<Step> = steps
+        .last()
+        .and_then(|last| settle_cancelled(last, who, now, &mut events))
+        .into_iter()
+        .collect();
+    events.push(NewEvent::new(
+        EventKind::RunCancelled,
+        None,
+        json!({ "by": who, "was": run.status, "reason": "operator_cancelled" }),
+    ));
+    Transition {
+        expect: Expect {
+            status: run.status,
+            owner: run.lease_owner.clone(),
+            pending_approval: None,
+        },
+        run: next,
+        steps: settled,
+        approvals: closed,
+        events,
+        model_calls: vec![],
+    }
+}
+
+/// Closes every pending approval of a run `who` cancels, with its event.
+fn close_pending(
+    approvals: &[Approval],
+    who: &str,
+    now: i64,
+    events: &mut Vec<NewEvent>,
+) -> Vec<Approval> {
     let mut closed = Vec::new();
     for a in approvals
         .iter()
@@ -59,77 +91,63 @@ pub fn cancel_transition(
         ));
         closed.push(a);
     }
-    let mut settled = Vec::new();
-    if let Some(last) = steps.last() {
-        let mut s = last.clone();
-        let i = s.index;
-        let done = |s: &mut Step, obs: Observation| {
-            s.version += 1;
-            s.state = StepState::Done;
-            s.observation = Some(obs);
-            s.updated_at = now;
-        };
-        match s.state {
-            StepState::Started | StepState::Decided => {
-                let why = format!("the run was cancelled by {who} before this step ran anything");
-                done(
-                    &mut s,
-                    Observation::message(ObservationKind::Final, "cancelled", &why),
-                );
-                events.push(NewEvent::new(
-                    EventKind::StepDone,
-                    Some(i),
-                    json!({ "observation": s.observation }),
-                ));
-                settled.push(s);
-            }
-            StepState::AwaitingApproval => {
-                let why = format!("the run was cancelled by {who} before an operator answered");
-                done(
-                    &mut s,
-                    Observation::message(ObservationKind::Denied, "reason", &why),
-                );
-                events.push(NewEvent::new(
-                    EventKind::StepDone,
-                    Some(i),
-                    json!({ "observation": s.observation }),
-                ));
-                settled.push(s);
-            }
-            StepState::Executing => {
-                s.version += 1;
-                s.state = StepState::Interrupted;
-                s.updated_at = now;
-                events.push(NewEvent::new(
-                    EventKind::StepInterrupted,
-                    Some(i),
-                    json!({
-                        "tool": s.call.as_ref().map(|c| c.tool.clone()),
-                        "effect": s.effect,
-                        "why": "the run was cancelled while the tool ran; it may or may not have taken effect, and a live loop records its result when it returns",
-                    }),
-                ));
-                settled.push(s);
-            }
-            StepState::Done | StepState::Interrupted => {}
+    closed
+}
+
+/// The run's last step `last` as a cancel by `who` leaves it, when the
+/// cancel changes it, with its event.
+fn settle_cancelled(last: &Step, who: &str, now: i64, events: &mut Vec<NewEvent>) -> Option<Step> {
+    let mut s = last.clone();
+    let i = s.index;
+    let done = |s: &mut Step, obs: Observation| {
+        s.version += 1;
+        s.state = StepState::Done;
+        s.observation = Some(obs);
+        s.updated_at = now;
+    };
+    match s.state {
+        StepState::Started | StepState::Decided => {
+            let why = format!("the run was cancelled by {who} before this step ran anything");
+            done(
+                &mut s,
+                Observation::message(ObservationKind::Final, "cancelled", &why),
+            );
+            events.push(NewEvent::new(
+                EventKind::StepDone,
+                Some(i),
+                json!({ "observation": s.observation }),
+            ));
+            Some(s)
         }
-    }
-    events.push(NewEvent::new(
-        EventKind::RunCancelled,
-        None,
-        json!({ "by": who, "was": run.status, "reason": "operator_cancelled" }),
-    ));
-    Transition {
-        expect: Expect {
-            status: run.status,
-            owner: run.lease_owner.clone(),
-            pending_approval: None,
-        },
-        run: next,
-        steps: settled,
-        approvals: closed,
-        events,
-        model_calls: vec![],
+        StepState::AwaitingApproval => {
+            let why = format!("the run was cancelled by {who} before an operator answered");
+            done(
+                &mut s,
+                Observation::message(ObservationKind::Denied, "reason", &why),
+            );
+            events.push(NewEvent::new(
+                EventKind::StepDone,
+                Some(i),
+                json!({ "observation": s.observation }),
+            ));
+            Some(s)
+        }
+        StepState::Executing => {
+            s.version += 1;
+            s.state = StepState::Interrupted;
+            s.updated_at = now;
+            events.push(NewEvent::new(
+                EventKind::StepInterrupted,
+                Some(i),
+                json!({
+                    "tool": s.call.as_ref().map(|c| c.tool.clone()),
+                    "effect": s.effect,
+                    "why": "the run was cancelled while the tool ran; it may or may not have taken effect, and a live loop records its result when it returns",
+                }),
+            ));
+            Some(s)
+        }
+        StepState::Done | StepState::Interrupted => None,
     }
 }
 
