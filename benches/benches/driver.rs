@@ -15,7 +15,7 @@ use keel::store::{Expect, NewEvent, Transition};
 use keel::*;
 use keel_benches::*;
 
-fn runtime(sync: Sync) -> (tempfile::TempDir, Runtime) {
+fn runtime(sync: Durability) -> (tempfile::TempDir, Runtime) {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path().join("b.db"), sync).unwrap();
     (dir, Runtime::new(StoreHandle::spawn(store)))
@@ -51,7 +51,7 @@ fn bench_driver(c: &mut Criterion) {
         .unwrap();
     paired_wasm(&rt, &host, &agent, &policy);
     paired_telemetry(&rt, &host, &agent, &policy);
-    for sync in [Sync::Full, Sync::Normal] {
+    for sync in [Durability::Full, Durability::Normal] {
         for (label, pad) in [("small", 0usize), ("8KiB", 8 << 10)] {
             for n in [10u32, 400] {
                 g.throughput(Throughput::Elements(n as u64));
@@ -78,7 +78,7 @@ fn bench_driver(c: &mut Criterion) {
             }
         }
     }
-    for sync in [Sync::Full, Sync::Normal] {
+    for sync in [Durability::Full, Durability::Normal] {
         for (label, pad) in [("small", 0usize), ("8KiB", 8 << 10)] {
             for n in [10u32, 100, 400] {
                 g.throughput(Throughput::Elements(n as u64));
@@ -117,7 +117,7 @@ fn bench_driver(c: &mut Criterion) {
     g.throughput(Throughput::Elements(1));
     g.bench_function("writer-round-trip", |b| {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path().join("b.db"), Sync::Normal).unwrap();
+        let store = Store::open(dir.path().join("b.db"), Durability::Normal).unwrap();
         let handle = StoreHandle::spawn(store);
         b.to_async(&rt)
             .iter(|| async { handle.with(|_| ()).await.unwrap() });
@@ -275,7 +275,7 @@ fn bare_commit(store: &mut Store, run: &mut Run, steps: Vec<Step>, events: Vec<N
 fn paired_steps(rt: &tokio::runtime::Runtime) {
     const N: u32 = 100;
     const ROUNDS: usize = 15;
-    for sync in [Sync::Full, Sync::Normal] {
+    for sync in [Durability::Full, Durability::Normal] {
         if !paired_selected(&format!("step/paired/{sync:?}")) {
             continue;
         }
@@ -337,7 +337,7 @@ fn paired_length(rt: &tokio::runtime::Runtime) {
     const LONG: u32 = 400;
     const SHORT: u32 = 10;
     const ROUNDS: usize = 15;
-    for sync in [Some(Sync::Full), Some(Sync::Normal), None] {
+    for sync in [Some(Durability::Full), Some(Durability::Normal), None] {
         for (label, pad) in [("small", 0usize), ("8KiB", 8 << 10)] {
             let store_name = sync.map_or("Memory".to_string(), |s| format!("{s:?}"));
             let name = format!("length/paired/{store_name}/{label}");
@@ -394,7 +394,7 @@ fn paired_wasm(
     let config = script_config(N);
     // `None`: an in-memory store, where no write waits for the disk, so
     // the CPU ratio is the consumers' own cost against the loop's.
-    for sync in [Some(Sync::Full), Some(Sync::Normal), None] {
+    for sync in [Some(Durability::Full), Some(Durability::Normal), None] {
         let name = match sync {
             Some(s) => format!("wasm/paired/{s:?}"),
             None => "wasm/paired/Memory".to_string(),
@@ -499,7 +499,7 @@ fn paired_telemetry(
     const ROUNDS: usize = 15;
     let config = script_config(N);
     let url = sink();
-    for sync in [Some(Sync::Full), Some(Sync::Normal), None] {
+    for sync in [Some(Durability::Full), Some(Durability::Normal), None] {
         let name = match sync {
             Some(s) => format!("telemetry/paired/{s:?}"),
             None => "telemetry/paired/Memory".to_string(),
@@ -589,7 +589,7 @@ fn measured_run(
 }
 
 /// A runtime on a store on disk, or (`None`) in memory.
-fn paired_runtime(sync: Option<Sync>) -> (Option<tempfile::TempDir>, Runtime) {
+fn paired_runtime(sync: Option<Durability>) -> (Option<tempfile::TempDir>, Runtime) {
     match sync {
         Some(s) => {
             let (dir, rt) = runtime(s);

@@ -8,19 +8,18 @@
 //! * [`tools`]: the run's tool table and argument validation.
 //! * [`render`]: a run as chat messages for a model.
 //! * [`config`]: the TOML config of the `keel` binary.
-//! * [`bench`]: load harnesses behind `keel bench`.
+//! * [`serve`]: `keel serve`, the HTTP API and the page.
+//!
+//! The commands of the `keel` binary, its load harnesses (`keel bench`),
+//! `keel plugin new` and `keel plugin test` live in the binary, not here.
 
 pub mod audit;
-pub mod bench;
-pub mod cli;
 pub mod config;
 pub mod consumer;
 pub mod driver;
 pub mod model;
-pub mod plugin_test;
 pub mod render;
 pub mod retention;
-pub mod scaffold;
 pub mod serve;
 pub mod store;
 pub mod telemetry;
@@ -30,8 +29,13 @@ pub mod wasm;
 
 pub use consumer::{Agent, ConsumerError, FnTool, Policy, RunView, ToolError, ToolProvider};
 pub use driver::{Consumers, DriverError, Outcome, Runtime};
-pub use store::{Store, StoreError, StoreHandle, Sync};
+pub use store::{Durability, Store, StoreError, StoreHandle};
 pub use tools::ToolSet;
+pub use types::{
+    canonical_json, Approval, ApprovalKind, ApprovalRequest, ApprovalStatus, Decision, Effect,
+    EventKind, Limits, Observation, ObservationKind, Run, RunReason, RunStatus, Step, StepState,
+    ToolCall, ToolSpec, Verdict, DEFAULT_RUN_DEADLINE_MS, MAX_GOAL_BYTES,
+};
 
 /// The test and benchmark hooks compiled into this build (the crate's
 /// `fault-injection`, `test-hooks` and `bench-hooks` features): empty in
@@ -44,4 +48,3 @@ pub const BUILD_HOOKS: &[&str] = &[
     #[cfg(feature = "bench-hooks")]
     "bench-hooks",
 ];
-pub use types::*;

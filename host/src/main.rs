@@ -7,6 +7,18 @@
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+// The commands, and what only they use, are the binary's: the library's
+// public surface is what an embedder needs (lib.rs).
+mod bench;
+mod cli;
+mod plugin_test;
+mod scaffold;
+
+// The library's modules and items at the root, so that the commands name
+// them as `crate::store`, `crate::Runtime` and so on.
+#[allow(unused_imports)]
+use keel::*;
+
 fn main() {
-    std::process::exit(keel::cli::main());
+    std::process::exit(cli::main());
 }

@@ -13,7 +13,7 @@ use super::floor::{FloorReport, Recorder, Recording};
 use crate::consumer::EventSink;
 use crate::driver::{Consumers, Runtime};
 use crate::model::{ModelGate, StubProvider};
-use crate::store::{Observed, RunStore, Store, StoreHandle, Sync};
+use crate::store::{Observed, RunStore, Store, StoreHandle, Durability};
 use crate::tools::ToolSet;
 use crate::types::{Effect, Limits, RunStatus, ToolSpec};
 use crate::wasm::{EngineOptions, Plugin, PluginLimits, WasmAgent, WasmHost, WasmPolicy, World};
@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Clone, PartialEq)]
 pub enum StoreMode {
     /// A SQLite file (WAL) with this sync mode; removed afterwards unless kept.
-    Durable { path: PathBuf, sync: Sync },
+    Durable { path: PathBuf, sync: Durability },
     /// A private in-memory SQLite database: the same code, no disk.
     Memory,
     /// A PostgreSQL database (its URL), shared with whatever else uses it.
@@ -513,7 +513,7 @@ pub async fn run(opts: &FanoutOptions) -> anyhow::Result<FanoutReport> {
     let (mut latencies, failed, first_error) =
         drive(&bench, &runtime, &limits, concurrency, opts.runs).await?;
     // The spans still queued are exported inside the measured time.
-    if let Some(t) = runtime.telemetry.clone() {
+    if let Some(t) = runtime.telemetry().cloned() {
         t.finish().await;
     }
     let wall = started.elapsed().as_secs_f64();

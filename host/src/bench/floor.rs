@@ -298,7 +298,7 @@ pub(crate) async fn measure(
 /// took (this thread is the only one working meanwhile), the writes
 /// committed and the journal records they wrote.
 fn commit_all(
-    path: Option<&(PathBuf, crate::store::Sync)>,
+    path: Option<&(PathBuf, crate::store::Durability)>,
     writes: &[Write],
     runs: u64,
     group: u64,

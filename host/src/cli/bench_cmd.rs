@@ -3,7 +3,7 @@
 use super::exit;
 use crate::bench::fanout::{self, FanoutOptions, StoreMode};
 use crate::bench::serve::{self, ServeBenchOptions};
-use crate::store::Sync;
+use crate::store::Durability;
 use anyhow::{anyhow, bail, Context};
 use clap::Subcommand;
 use std::path::PathBuf;
@@ -389,8 +389,8 @@ fn store_mode(
         bail!("--sync applies to a store file; an in-memory store is never synced");
     }
     let sync = match load.sync.as_deref().unwrap_or("full") {
-        "full" => Sync::Full,
-        "normal" => Sync::Normal,
+        "full" => Durability::Full,
+        "normal" => Durability::Normal,
         other => bail!("--sync: {other:?} is not full or normal"),
     };
     let mut db = db;

@@ -274,7 +274,7 @@ pub(super) fn telemetry(cfg: &Config) -> anyhow::Result<Option<Arc<crate::teleme
 /// Sends the spans still queued (bounded: a dead collector costs at most
 /// the flush timeout at exit).
 async fn flush(rt: &Runtime) {
-    if let Some(t) = rt.telemetry.clone() {
+    if let Some(t) = rt.telemetry().cloned() {
         t.finish().await;
     }
 }

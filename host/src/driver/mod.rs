@@ -172,6 +172,11 @@ impl Runtime {
         Operator::writing(self.store.clone()).with_clock(self.clock.clone())
     }
 
+    /// Where this runtime's runs' spans go, if anywhere.
+    pub fn telemetry(&self) -> Option<&Arc<crate::telemetry::Telemetry>> {
+        self.telemetry.as_ref()
+    }
+
     pub fn store(&self) -> &Arc<dyn RunStore> {
         &self.store
     }

@@ -21,9 +21,11 @@ pub enum Lang {
 }
 
 impl Lang {
-    pub const ALL: [Lang; 4] = [Lang::Rust, Lang::Python, Lang::Js, Lang::C];
+    #[cfg(test)]
+    const ALL: [Lang; 4] = [Lang::Rust, Lang::Python, Lang::Js, Lang::C];
 
-    pub fn as_str(self) -> &'static str {
+    #[cfg(test)]
+    fn as_str(self) -> &'static str {
         match self {
             Lang::Rust => "rust",
             Lang::Python => "python",

@@ -4,7 +4,7 @@
 //! and errors.
 
 use super::postgres::PgStore;
-use super::sqlite::{ReadOnlyStore, Store, StoreHandle, Sync};
+use super::sqlite::{ReadOnlyStore, Store, StoreHandle, Durability};
 use super::{RunReader, RunStore, StoreError};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -94,7 +94,7 @@ pub fn redact_url(url: &str) -> String {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OpenOptions {
     /// How SQLite syncs commits (PostgreSQL follows its server's settings).
-    pub sync: Sync,
+    pub sync: Durability,
     /// Create a SQLite file that does not exist yet (`keel run`); without
     /// it a missing file is [`StoreError::Missing`]. A PostgreSQL database
     /// must exist; its tables are created on first use either way.
@@ -104,7 +104,7 @@ pub struct OpenOptions {
 impl Default for OpenOptions {
     fn default() -> Self {
         OpenOptions {
-            sync: Sync::Full,
+            sync: Durability::Full,
             create: true,
         }
     }

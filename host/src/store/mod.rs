@@ -24,7 +24,7 @@ pub use journal::{ChainedEvent, Journal};
 pub use location::{open, open_reader, Location, OpenOptions};
 pub use observed::{CommitObserver, Observed};
 pub use sqlite::{
-    ReadOnlyStore, Store, StoreHandle, Sync, BUSY_TIMEOUT_MS, CURRENT_VERSION, MIGRATIONS,
+    ReadOnlyStore, Store, StoreHandle, Durability, BUSY_TIMEOUT_MS, CURRENT_VERSION, MIGRATIONS,
     WAL_CHECKPOINT_PAGES, WRITER_THREAD,
 };
 
@@ -210,7 +210,7 @@ pub struct Doomed {
 /// Operators' reads of a store: runs, their steps, approvals, journal and
 /// model calls. Read-only handles implement only this.
 #[async_trait::async_trait]
-pub trait RunReader: Send + std::marker::Sync {
+pub trait RunReader: Send + Sync {
     /// The run, or `None` when there is no such run.
     async fn get_run(&self, id: &str) -> Result<Option<Run>, StoreError>;
     /// A page of runs, newest first ([`RunQuery`]).
@@ -319,7 +319,7 @@ pub trait RunStore: RunReader {
 
 /// The transition a claimer commits for a run it found (its lease).
 pub type ClaimRule =
-    std::sync::Arc<dyn Fn(&Run) -> Result<Transition, StoreError> + Send + std::marker::Sync>;
+    std::sync::Arc<dyn Fn(&Run) -> Result<Transition, StoreError> + Send + Sync>;
 
 /// Whether a run needs a driver at `now`: it is running or parked past its
 /// time to retry, or waits for an approval that was answered or expired,

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Told about the writes that pass through an [`Observed`] store.
-pub trait CommitObserver: Send + std::marker::Sync {
+pub trait CommitObserver: Send + Sync {
     /// A transition or a new run was committed, taking `took`, with the
     /// model calls it recorded.
     fn committed(&self, c: &Committed, took: Duration, calls: &[ModelCallRecord]);

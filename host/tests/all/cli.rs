@@ -191,8 +191,8 @@ fn operator_commands_refuse_what_does_not_apply_and_leave_the_store_alone() {
 fn a_locked_store_is_refused_with_exit_1() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("keel.db");
-    drop(keel::Store::open(&db, keel::Sync::Full).unwrap());
-    let mut s = keel::Store::open(&db, keel::Sync::Full).unwrap();
+    drop(keel::Store::open(&db, keel::Durability::Full).unwrap());
+    let mut s = keel::Store::open(&db, keel::Durability::Full).unwrap();
     let run = keel::Run::new("r", "g", Default::default(), 0);
     s.create_run(&run, vec![]).unwrap();
     let holder = rusqlite::Connection::open(&db).unwrap();

@@ -57,7 +57,7 @@ fn runs_of(log: &Path, tool: &str) -> usize {
 /// A store holding run `left` whose step 0 is `step`, as a crash could
 /// leave it, with nobody holding the run.
 fn store_left_at(db: &Path, step: &Step) {
-    let mut s = Store::open(db, keel::Sync::Full).unwrap();
+    let mut s = Store::open(db, keel::Durability::Full).unwrap();
     let run = Run::new(
         "left",
         "left",

@@ -15,7 +15,7 @@ fn a_corrupt_file_is_refused_and_left_untouched() {
     let p = dir.path().join("keel.db");
     let junk: Vec<u8> = (0..8192u32).map(|i| (i * 7 % 251) as u8).collect();
     std::fs::write(&p, &junk).unwrap();
-    let e = Store::open(&p, keel::Sync::Full).err().unwrap();
+    let e = Store::open(&p, keel::Durability::Full).err().unwrap();
     assert!(matches!(e, StoreError::Corrupt { .. }), "{e}");
     assert!(e.to_string().contains("not a SQLite database"), "{e}");
     assert!(matches!(
@@ -32,7 +32,7 @@ fn a_foreign_sqlite_database_is_refused() {
     let c = rusqlite::Connection::open(&p).unwrap();
     c.execute_batch("CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT); INSERT INTO customers VALUES (1, 'a');").unwrap();
     drop(c);
-    let e = Store::open(&p, keel::Sync::Full).err().unwrap();
+    let e = Store::open(&p, keel::Durability::Full).err().unwrap();
     assert!(matches!(e, StoreError::Foreign { .. }), "{e}");
     let c = rusqlite::Connection::open(&p).unwrap();
     let tables: i64 = c
@@ -49,12 +49,12 @@ fn a_foreign_sqlite_database_is_refused() {
 fn a_newer_schema_is_refused_by_writers_and_readers() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("keel.db");
-    drop(Store::open(&p, keel::Sync::Full).unwrap());
+    drop(Store::open(&p, keel::Durability::Full).unwrap());
     rusqlite::Connection::open(&p)
         .unwrap()
         .pragma_update(None, "user_version", 99)
         .unwrap();
-    let e = Store::open(&p, keel::Sync::Full).err().unwrap();
+    let e = Store::open(&p, keel::Durability::Full).err().unwrap();
     assert!(matches!(e, StoreError::TooNew { found: 99, .. }), "{e}");
     assert!(e.to_string().contains("upgrade keel"), "{e}");
     assert!(matches!(
@@ -72,7 +72,7 @@ fn the_read_only_open_never_creates_or_migrates() {
         StoreError::Missing { .. }
     ));
     assert!(!p.exists());
-    drop(Store::open(&p, keel::Sync::Full).unwrap());
+    drop(Store::open(&p, keel::Durability::Full).unwrap());
     let mut ro = Store::open_read_only(&p).unwrap();
     assert!(ro.list_runs(None, 10).unwrap().is_empty());
     assert!(matches!(
@@ -96,7 +96,7 @@ async fn a_database_locked_by_another_writer_fails_cleanly() {
     // Another process holds the write lock for longer than the busy timeout.
     let holder = rusqlite::Connection::open(&p).unwrap();
     holder.execute_batch("BEGIN EXCLUSIVE").unwrap();
-    let mut op = Store::open(&p, keel::Sync::Full).unwrap();
+    let mut op = Store::open(&p, keel::Durability::Full).unwrap();
     let started = std::time::Instant::now();
     let e = op
         .decide_approval(&a.id, true, "ops", None, 1)
@@ -119,7 +119,7 @@ async fn a_database_locked_by_another_writer_fails_cleanly() {
 async fn a_full_disk_stops_the_loop_with_a_clear_error_and_no_partial_transition() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("keel.db");
-    let store = Store::open(&p, keel::Sync::Full).unwrap();
+    let store = Store::open(&p, keel::Durability::Full).unwrap();
     // A size-limited file: SQLite refuses to grow it past this many pages.
     let pages: i64 = store
         .connection()
@@ -214,7 +214,7 @@ fn a_version_1_store_is_migrated_keeping_every_event_and_its_number() {
         .unwrap();
     }
 
-    let mut store = Store::open(&p, keel::Sync::Full).unwrap();
+    let mut store = Store::open(&p, keel::Durability::Full).unwrap();
     let version: i64 = store
         .connection()
         .query_row("PRAGMA user_version", [], |r| r.get(0))

@@ -141,7 +141,7 @@ async fn wasm_agent_policy_and_fs_tool_pause_for_approval_and_complete() {
         !work.join("hello.txt").exists(),
         "nothing written before approval"
     );
-    let mut op = Store::open(&db, keel::Sync::Full).unwrap();
+    let mut op = Store::open(&db, keel::Durability::Full).unwrap();
     op.decide_approval(&a.id, true, "ops", None, 1).unwrap();
     let c = wasm_consumers(&parts).await.unwrap();
     let done = rt.resume(&out.run.id, c).await.unwrap();
@@ -201,7 +201,7 @@ async fn the_view_a_plugin_reassembles_equals_the_hosts_after_every_step() {
         .await
         .unwrap();
     assert_eq!(out.run.status, RunStatus::WaitingForApproval);
-    let mut op = Store::open(&db, keel::Sync::Full).unwrap();
+    let mut op = Store::open(&db, keel::Durability::Full).unwrap();
     op.decide_approval(&out.pending.unwrap().id, true, "ops", None, 1)
         .unwrap();
     // Resume with a fresh instance; the slow tool hangs: drop the loop.

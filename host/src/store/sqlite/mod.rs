@@ -39,7 +39,7 @@ pub const WAL_CHECKPOINT_PAGES: u32 = 16_000;
 
 /// How commits reach the disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Sync {
+pub enum Durability {
     /// Every commit is synced: a transition that returned survives power loss.
     #[default]
     Full,
@@ -57,7 +57,7 @@ pub struct Store {
 
 impl Store {
     /// Opens (creating and migrating as needed) a store for writing.
-    pub fn open(path: impl AsRef<Path>, sync: Sync) -> Result<Store, StoreError> {
+    pub fn open(path: impl AsRef<Path>, sync: Durability) -> Result<Store, StoreError> {
         let p = path.as_ref();
         let path_s = p.display().to_string();
         probe_writable(p)?;
@@ -169,7 +169,7 @@ impl Store {
         &self.path
     }
 
-    fn configure_writer(&mut self, sync: Sync) -> Result<(), StoreError> {
+    fn configure_writer(&mut self, sync: Durability) -> Result<(), StoreError> {
         self.conn
             .busy_timeout(Duration::from_millis(BUSY_TIMEOUT_MS))?;
         // The first statement that reads the file tells a corrupt file apart.
@@ -184,8 +184,8 @@ impl Store {
             )));
         }
         let sync = match sync {
-            Sync::Full => "FULL",
-            Sync::Normal => "NORMAL",
+            Durability::Full => "FULL",
+            Durability::Normal => "NORMAL",
         };
         self.conn.execute_batch(&format!(
             "PRAGMA synchronous={sync}; PRAGMA foreign_keys=ON;

@@ -127,7 +127,7 @@ pub fn runtime(path: &std::path::Path) -> Runtime {
 /// writer's statistics).
 #[allow(dead_code)]
 pub fn runtime_and_handle(path: &std::path::Path) -> (Runtime, StoreHandle) {
-    let store = Store::open(path, keel::Sync::Full).unwrap();
+    let store = Store::open(path, keel::Durability::Full).unwrap();
     let handle = StoreHandle::spawn(store);
     (Runtime::new(handle.clone()), handle)
 }
