@@ -16,7 +16,6 @@ mod scaffold;
 
 // The library's modules and items at the root, so that the commands name
 // them as `crate::store`, `crate::Runtime` and so on.
-#[allow(unused_imports)]
 use keel::*;
 
 fn main() {

@@ -13,7 +13,7 @@ use super::floor::{FloorReport, Recorder, Recording};
 use crate::consumer::EventSink;
 use crate::driver::{Consumers, Runtime};
 use crate::model::{ModelGate, StubProvider};
-use crate::store::{Observed, RunStore, Store, StoreHandle, Durability};
+use crate::store::{Durability, Observed, RunStore, Store, StoreHandle};
 use crate::tools::ToolSet;
 use crate::types::{Effect, Limits, RunStatus, ToolSpec};
 use crate::wasm::{EngineOptions, Plugin, PluginLimits, WasmAgent, WasmHost, WasmPolicy, World};

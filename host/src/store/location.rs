@@ -4,7 +4,7 @@
 //! and errors.
 
 use super::postgres::PgStore;
-use super::sqlite::{ReadOnlyStore, Store, StoreHandle, Durability};
+use super::sqlite::{Durability, ReadOnlyStore, Store, StoreHandle};
 use super::{RunReader, RunStore, StoreError};
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -24,7 +24,7 @@ pub use journal::{ChainedEvent, Journal};
 pub use location::{open, open_reader, Location, OpenOptions};
 pub use observed::{CommitObserver, Observed};
 pub use sqlite::{
-    ReadOnlyStore, Store, StoreHandle, Durability, BUSY_TIMEOUT_MS, CURRENT_VERSION, MIGRATIONS,
+    Durability, ReadOnlyStore, Store, StoreHandle, BUSY_TIMEOUT_MS, CURRENT_VERSION, MIGRATIONS,
     WAL_CHECKPOINT_PAGES, WRITER_THREAD,
 };
 
@@ -318,8 +318,7 @@ pub trait RunStore: RunReader {
 }
 
 /// The transition a claimer commits for a run it found (its lease).
-pub type ClaimRule =
-    std::sync::Arc<dyn Fn(&Run) -> Result<Transition, StoreError> + Send + Sync>;
+pub type ClaimRule = std::sync::Arc<dyn Fn(&Run) -> Result<Transition, StoreError> + Send + Sync>;
 
 /// Whether a run needs a driver at `now`: it is running or parked past its
 /// time to retry, or waits for an approval that was answered or expired,

@@ -234,7 +234,9 @@ fn a_store_on_a_read_only_file_system_is_bad_input() {
     let o = keel(&["--store", db.to_str().unwrap(), "cancel", "r"]);
     // The file does not exist: nothing to cancel, whatever the mount.
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    let err = keel::Store::open(&db, keel::Durability::Full).err().unwrap();
+    let err = keel::Store::open(&db, keel::Durability::Full)
+        .err()
+        .unwrap();
     let _ = std::process::Command::new("umount").arg(&ro).status();
     assert!(err.to_string().contains("read-only file system"), "{err}");
     assert!(matches!(err, keel::StoreError::Unusable { .. }));
