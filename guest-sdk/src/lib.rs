@@ -133,23 +133,51 @@ pub mod prelude {
 /// The WIT name of an effect class (`"read-only"`, `"local-mutation"`, ...),
 /// as configs and JSON spell it.
 pub fn effect_name(effect: Effect) -> &'static str {
-    match effect {
-        Effect::ReadOnly => "read-only",
-        Effect::Idempotent => "idempotent",
-        Effect::LocalMutation => "local-mutation",
-        Effect::RemoteMutation => "remote-mutation",
-        Effect::Destructive => "destructive",
-    }
+    vocab_effect(effect).as_str()
 }
 
 /// The effect class named `name` in WIT spelling, if there is one.
 pub fn parse_effect(name: &str) -> Option<Effect> {
-    Some(match name {
-        "read-only" => Effect::ReadOnly,
-        "idempotent" => Effect::Idempotent,
-        "local-mutation" => Effect::LocalMutation,
-        "remote-mutation" => Effect::RemoteMutation,
-        "destructive" => Effect::Destructive,
-        _ => return None,
+    let e: keel_vocab::Effect = name.parse().ok()?;
+    Some(match e {
+        keel_vocab::Effect::ReadOnly => Effect::ReadOnly,
+        keel_vocab::Effect::Idempotent => Effect::Idempotent,
+        keel_vocab::Effect::LocalMutation => Effect::LocalMutation,
+        keel_vocab::Effect::RemoteMutation => Effect::RemoteMutation,
+        keel_vocab::Effect::Destructive => Effect::Destructive,
     })
+}
+
+/// The shared vocabulary's effect of a WIT one.
+pub fn vocab_effect(effect: Effect) -> keel_vocab::Effect {
+    match effect {
+        Effect::ReadOnly => keel_vocab::Effect::ReadOnly,
+        Effect::Idempotent => keel_vocab::Effect::Idempotent,
+        Effect::LocalMutation => keel_vocab::Effect::LocalMutation,
+        Effect::RemoteMutation => keel_vocab::Effect::RemoteMutation,
+        Effect::Destructive => keel_vocab::Effect::Destructive,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn effect_names_round_trip_through_the_shared_spelling() {
+        let all = [
+            Effect::ReadOnly,
+            Effect::Idempotent,
+            Effect::LocalMutation,
+            Effect::RemoteMutation,
+            Effect::Destructive,
+        ];
+        let mapped: Vec<_> = all.iter().map(|e| vocab_effect(*e)).collect();
+        assert_eq!(mapped, keel_vocab::Effect::ALL);
+        for e in all {
+            assert_eq!(parse_effect(effect_name(e)), Some(e));
+        }
+        assert_eq!(effect_name(Effect::LocalMutation), "local-mutation");
+        assert_eq!(parse_effect("local_mutation"), None);
+    }
 }

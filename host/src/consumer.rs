@@ -205,7 +205,7 @@ pub struct LogLine {
 
 #[derive(Debug)]
 enum Pending {
-    Event(crate::store::NewEvent),
+    Event(crate::types::NewEvent),
     Log(LogLine),
 }
 
@@ -214,7 +214,7 @@ impl EventSink {
         self.pending.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub fn push(&self, event: crate::store::NewEvent) {
+    pub fn push(&self, event: crate::types::NewEvent) {
         self.lock().push(Pending::Event(event));
     }
 
@@ -223,7 +223,7 @@ impl EventSink {
     }
 
     /// Everything pushed so far, in order, as events.
-    pub fn drain(&self) -> Vec<crate::store::NewEvent> {
+    pub fn drain(&self) -> Vec<crate::types::NewEvent> {
         let pending = {
             let mut g = self.lock();
             // The next call likely logs as much: room for it up front, so
@@ -235,7 +235,7 @@ impl EventSink {
             .into_iter()
             .map(|p| match p {
                 Pending::Event(e) => e,
-                Pending::Log(l) => crate::store::NewEvent::new(
+                Pending::Log(l) => crate::types::NewEvent::new(
                     EventKind::PluginLog,
                     l.step,
                     serde_json::json!({ "plugin": &*l.plugin, "level": l.level, "message": l.message }),

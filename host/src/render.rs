@@ -1,56 +1,43 @@
-//! A run as chat messages, by the same rules agent plugins use
-//! (`keel_guest::render`): native agents call this, plugins call the SDK.
+//! A run as chat messages, by the rules every Keel agent uses
+//! (`keel_vocab::render`): native agents call this, plugins call the SDK,
+//! and both run the same code over their own step type.
 
-pub use keel_guest::render::{RenderOptions, DEFAULT_SYSTEM};
+pub use keel_vocab::render::{RenderOptions, DEFAULT_SYSTEM};
 
-use crate::types::{self, Step};
-use keel_guest as g;
+use crate::model::Message;
+use crate::types::{Decision, ObservationKind, Step};
+use keel_vocab::render::{DecisionRef, RenderStep};
 
-/// The messages a model sees for this goal and these steps.
-pub fn messages(goal: &str, steps: &[Step], opts: &RenderOptions) -> Vec<g::Message> {
-    let steps: Vec<g::Step> = steps.iter().map(to_guest_step).collect();
-    keel_guest::render::messages(goal, &steps, opts)
+impl RenderStep for Step {
+    fn index(&self) -> u32 {
+        self.index
+    }
+    fn decision(&self) -> Option<DecisionRef<'_>> {
+        self.decision.as_ref().map(|d| match d {
+            Decision::Call(c) => DecisionRef::Call {
+                tool: &c.tool,
+                arguments: &c.arguments,
+            },
+            Decision::Invalid(why) => DecisionRef::Invalid(why),
+            Decision::Complete(_) | Decision::Fail(_) => DecisionRef::End,
+        })
+    }
+    fn observation(&self) -> Option<(ObservationKind, &str)> {
+        self.observation
+            .as_ref()
+            .map(|o| (o.kind, o.content.as_str()))
+    }
 }
 
-/// A stored step in the SDK's (WIT) shape.
-pub fn to_guest_step(s: &Step) -> g::Step {
-    g::Step {
-        index: s.index,
-        version: s.version,
-        state: match s.state {
-            types::StepState::Started => g::StepState::Started,
-            types::StepState::Decided => g::StepState::Decided,
-            types::StepState::AwaitingApproval => g::StepState::AwaitingApproval,
-            types::StepState::Executing => g::StepState::Executing,
-            types::StepState::Done => g::StepState::Done,
-            types::StepState::Interrupted => g::StepState::Interrupted,
-        },
-        decision: s.decision.as_ref().map(|d| match d {
-            types::Decision::Call(c) => g::Decision::Call(g::ToolCall {
-                tool: c.tool.clone(),
-                arguments: c.arguments.clone(),
-            }),
-            types::Decision::Complete(r) => g::Decision::Complete(r.clone()),
-            types::Decision::Fail(r) => g::Decision::Fail(r.clone()),
-            types::Decision::Invalid(r) => g::Decision::Invalid(r.clone()),
-        }),
-        verdict: None,
-        observation: s.observation.as_ref().map(|o| g::Observation {
-            kind: match o.kind {
-                types::ObservationKind::ToolResult => g::ObservationKind::ToolResult,
-                types::ObservationKind::ToolError => g::ObservationKind::ToolError,
-                types::ObservationKind::Denied => g::ObservationKind::Denied,
-                types::ObservationKind::InvalidDecision => g::ObservationKind::InvalidDecision,
-                types::ObservationKind::Final => g::ObservationKind::Final,
-            },
-            content: o.content.clone(),
-        }),
-    }
+/// The messages a model sees for this goal and these steps.
+pub fn messages(goal: &str, steps: &[Step], opts: &RenderOptions) -> Vec<Message> {
+    keel_vocab::render::messages(goal, steps, opts)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::types::samples;
     use crate::types::*;
 
     #[test]
@@ -77,5 +64,20 @@ mod tests {
         assert_eq!(m.len(), 4);
         assert_eq!(m[2].tool_calls[0].id, "call_0");
         assert_eq!(m[3].content, r#"tool error: {"error":"nope"}"#);
+    }
+
+    #[test]
+    fn every_kind_of_step_renders_by_its_decision() {
+        let steps = samples::every_kind_of_step();
+        let m = messages("g", &steps, &RenderOptions::default());
+        // Seven calls and one invalid reply, two messages each; the
+        // undecided step and the two endings show nothing.
+        assert_eq!(m.len(), 2 + 2 * 8);
+        assert_eq!(m[2].tool_calls[0].id, "call_1");
+        assert_eq!(m[2].tool_calls[0].arguments, r#"{ "path" : "a" }"#);
+        assert_eq!(m[3].content, "[no result yet]");
+        assert_eq!(m[11].content, r#"tool error: {"error":"é, not found"}"#);
+        assert_eq!(m[13].content, r#"denied: "destroys data""#);
+        assert_eq!(m[16].content, r#"[unusable reply: no tool named "fs_del"]"#);
     }
 }

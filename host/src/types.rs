@@ -1,53 +1,13 @@
 //! The run's vocabulary, shared by the store, the loop and every consumer.
 //!
-//! These mirror the WIT types of `keel:plugin`; `wasm::convert` maps between
+//! These mirror the WIT types of `keel:plugin`; `wasm::shape` maps between
 //! the two. JSON payloads are kept as text: the store keeps exactly what it
 //! was given, and consumers parse only what they read.
 
 use serde::{Deserialize, Serialize};
-use std::fmt;
-use std::str::FromStr;
 
-/// Declares an enum with a fixed text spelling used in the store, JSON and
-/// the CLI, with `as_str` and `FromStr`.
-macro_rules! spelled_enum {
-    ($(#[$m:meta])* pub enum $name:ident { $($(#[$vm:meta])* $v:ident = $s:literal),+ $(,)? }) => {
-        $(#[$m])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-        pub enum $name { $($(#[$vm])* #[serde(rename = $s)] $v),+ }
-        impl $name {
-            pub const ALL: &'static [$name] = &[$($name::$v),+];
-            pub fn as_str(self) -> &'static str { match self { $($name::$v => $s),+ } }
-        }
-        impl FromStr for $name {
-            type Err = String;
-            fn from_str(s: &str) -> Result<Self, String> {
-                match s { $($s => Ok($name::$v),)+ _ => Err(format!("{s:?} is not a valid {}", stringify!($name))) }
-            }
-        }
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result { f.write_str(self.as_str()) }
-        }
-    };
-}
-
-spelled_enum! {
-    /// What running a tool may do to the world.
-    pub enum Effect {
-        ReadOnly = "read-only",
-        Idempotent = "idempotent",
-        LocalMutation = "local-mutation",
-        RemoteMutation = "remote-mutation",
-        Destructive = "destructive",
-    }
-}
-
-impl Effect {
-    /// May a call with this effect run again after a crash interrupted it?
-    pub fn safe_to_retry(self) -> bool {
-        matches!(self, Effect::ReadOnly | Effect::Idempotent)
-    }
-}
+use keel_vocab::spelled_enum;
+pub use keel_vocab::{Effect, ObservationKind, ToolSpec};
 
 spelled_enum! {
     pub enum RunStatus {
@@ -136,16 +96,6 @@ spelled_enum! {
 }
 
 spelled_enum! {
-    pub enum ObservationKind {
-        ToolResult = "tool_result",
-        ToolError = "tool_error",
-        Denied = "denied",
-        InvalidDecision = "invalid_decision",
-        Final = "final",
-    }
-}
-
-spelled_enum! {
     pub enum ApprovalKind {
         Policy = "policy",
         InterruptedSideEffect = "interrupted_side_effect",
@@ -161,16 +111,6 @@ spelled_enum! {
         /// Closed unanswered because the run was cancelled.
         Cancelled = "cancelled",
     }
-}
-
-/// A tool as agents and policies see it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ToolSpec {
-    pub name: String,
-    pub description: String,
-    /// JSON Schema of the arguments object, as JSON text.
-    pub parameters: String,
-    pub effect: Effect,
 }
 
 /// A request to run one tool. `arguments` is JSON text: verbatim as the agent
@@ -394,6 +334,40 @@ impl Run {
     }
 }
 
+// What a run records besides its rows: made by the loop, the consumers and
+// the model gate, inserted by the store with the run's next transition.
+
+/// An event about to be inserted with its transition.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewEvent {
+    pub step_index: Option<u32>,
+    pub kind: EventKind,
+    pub data: serde_json::Value,
+}
+
+impl NewEvent {
+    pub fn new(kind: EventKind, step_index: Option<u32>, data: serde_json::Value) -> NewEvent {
+        NewEvent {
+            step_index,
+            kind,
+            data,
+        }
+    }
+}
+
+/// One call to the model provider, as accounted.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelCallRecord {
+    pub step_index: u32,
+    pub provider: String,
+    pub prompt_tokens: u32,
+    pub completion_tokens: u32,
+    /// `ok`, `error` or `refused_limit`.
+    pub outcome: &'static str,
+    pub error: Option<String>,
+    pub latency_ms: u64,
+}
+
 /// Canonical JSON: object keys sorted, no insignificant whitespace. This is
 /// what the store keeps for validated arguments and what approval hashes cover.
 pub fn canonical_json(value: &serde_json::Value) -> String {
@@ -435,6 +409,9 @@ fn write_canonical(value: &serde_json::Value, out: &mut String) {
 }
 
 #[cfg(test)]
+pub(crate) mod samples;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -447,6 +424,34 @@ mod tests {
             assert_eq!(s.as_str().parse::<StepState>().unwrap(), *s);
         }
         assert!("bogus".parse::<RunStatus>().is_err());
+    }
+
+    #[test]
+    fn every_kind_of_step_round_trips_through_json() {
+        for s in samples::every_kind_of_step() {
+            let text = serde_json::to_string(&s).unwrap();
+            let back: Step = serde_json::from_str(&text).unwrap();
+            assert_eq!(back, s, "{text}");
+        }
+    }
+
+    #[test]
+    fn a_step_in_json_has_the_shape_the_api_documents() {
+        let steps = samples::every_kind_of_step();
+        let v = serde_json::to_value(&steps[2]).unwrap();
+        assert_eq!(v["state"], "awaiting_approval");
+        assert_eq!(v["decision"]["call"]["tool"], "fs_write");
+        assert_eq!(v["call"]["arguments"], r#"{"path":"a"}"#);
+        assert_eq!(v["effect"], "local-mutation");
+        assert_eq!(
+            v["verdict"]["require_approval"]["reason"],
+            "writes outside the workspace"
+        );
+        let v = serde_json::to_value(&steps[6]).unwrap();
+        assert_eq!(v["verdict"]["deny"], "destroys data");
+        assert_eq!(v["observation"]["kind"], "denied");
+        let v = serde_json::to_value(&steps[3]).unwrap();
+        assert_eq!(v["verdict"], "allow");
     }
 
     #[test]

@@ -59,7 +59,7 @@ pub fn print_event(e: &Event, json: bool) {
         .step_index
         .map(|i| format!(" step {i}"))
         .unwrap_or_default();
-    let data = keel_guest::render::cap(&e.data, 160);
+    let data = keel_vocab::render::cap(&e.data, 160);
     say!("#{:<5} {:<20}{step} {data}", e.seq, e.kind);
 }
 
@@ -195,7 +195,7 @@ pub fn print_run_detail(
             say!(
                 "        {} {}",
                 o.kind.as_str(),
-                keel_guest::render::cap(&o.content, 200)
+                keel_vocab::render::cap(&o.content, 200)
             );
         }
     }

@@ -179,7 +179,7 @@ impl Assembly {
                     return Err(anyhow!(
                         "{}: the tool {:?} cannot be offered to an OpenAI-compatible model: its name must match ^[a-zA-Z0-9_-]{{1,64}}$",
                         cfg.path.display(),
-                        keel_guest::render::cap(&t.name, 80)
+                        keel_vocab::render::cap(&t.name, 80)
                     ));
                 }
             }
@@ -271,7 +271,7 @@ async fn add_mcp(
         .with_context(|| format!("{}: tools[{i}]", cfg.path.display()))?;
     // Logged at warn, which `keel run` and `keel serve` both show.
     for line in &started.dropped {
-        tracing::warn!("{}", keel_guest::render::cap(line, 2000));
+        tracing::warn!("{}", keel_vocab::render::cap(line, 2000));
     }
     let names: Vec<String> = started.specs.iter().map(|s| s.name.clone()).collect();
     let tools = McpTools::new(server.clone(), started.specs);

@@ -9,14 +9,14 @@ pub mod openai;
 pub mod replay;
 mod stub;
 
-pub use keel_guest::{
+pub use keel_vocab::{
     FinishReason, Message, ModelError, ModelRequest, ModelResponse, ModelToolCall, Role,
 };
 pub use openai::{OpenAiProvider, OpenAiSettings};
 pub use replay::ReplayProvider;
 pub use stub::StubProvider;
 
-use crate::store::ModelCallRecord;
+use crate::types::ModelCallRecord;
 use crate::types::RunReason;
 use async_trait::async_trait;
 use std::sync::{Arc, Mutex};
@@ -24,12 +24,7 @@ use std::time::{Duration, Instant};
 
 /// A model error as an operator reads it: its kind, then what happened.
 pub fn describe(e: &ModelError) -> String {
-    match e {
-        ModelError::LimitExceeded(m) => format!("limit exceeded: {m}"),
-        ModelError::Transient(m) => format!("transient: {m}"),
-        ModelError::Permanent(m) => format!("permanent: {m}"),
-        ModelError::InvalidRequest(m) => format!("invalid request: {m}"),
-    }
+    e.to_string()
 }
 
 /// The names an OpenAI-compatible server accepts for a tool:

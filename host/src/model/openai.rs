@@ -226,7 +226,7 @@ impl OpenAiProvider {
 }
 
 fn snippet(text: &str) -> String {
-    keel_guest::render::cap(text.trim(), 200)
+    keel_vocab::render::cap(text.trim(), 200)
 }
 
 fn role_name(r: Role) -> &'static str {
@@ -516,11 +516,11 @@ mod tests {
                 tool_call_id: None,
             }],
             tools: if tools {
-                vec![keel_guest::ToolSpec {
+                vec![keel_vocab::ToolSpec {
                     name: "fs_read".into(),
                     description: "reads".into(),
                     parameters: r#"{"type":"object"}"#.into(),
-                    effect: keel_guest::Effect::ReadOnly,
+                    effect: keel_vocab::Effect::ReadOnly,
                 }]
             } else {
                 vec![]
@@ -551,7 +551,7 @@ mod tests {
         r.messages.push(Message {
             role: Role::Assistant,
             content: String::new(),
-            tool_calls: vec![keel_guest::ModelToolCall {
+            tool_calls: vec![keel_vocab::ModelToolCall {
                 id: "call_step_0".into(),
                 name: "fs_read".into(),
                 arguments: "{}".into(),

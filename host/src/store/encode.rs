@@ -437,4 +437,29 @@ mod tests {
             assert_eq!(limits_json(l), json(l));
         }
     }
+
+    #[test]
+    fn every_kind_of_step_round_trips_through_its_row() {
+        for s in crate::types::samples::every_kind_of_step() {
+            let row = StepRow::encode("run-1", &s);
+            assert_eq!(row.decode().unwrap(), s, "{row:?}");
+        }
+    }
+
+    #[test]
+    fn a_step_row_spells_its_columns_as_the_schema_says() {
+        let steps = crate::types::samples::every_kind_of_step();
+        let row = StepRow::encode("run-1", &steps[2]);
+        assert_eq!(row.state, "awaiting_approval");
+        assert_eq!(row.effect.as_deref(), Some("local-mutation"));
+        assert_eq!(row.call_args.as_deref(), Some(r#"{"path":"a"}"#));
+        let row = StepRow::encode("run-1", &steps[6]);
+        assert_eq!(row.obs_kind.as_deref(), Some("denied"));
+        // A half-written column pair is refused, not read as nothing.
+        let torn = StepRow {
+            obs_content: None,
+            ..row
+        };
+        assert!(matches!(torn.decode(), Err(StoreError::BadRow(_))));
+    }
 }

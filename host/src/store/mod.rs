@@ -29,24 +29,8 @@ pub use sqlite::{
 };
 
 use crate::types::*;
-
-/// An event about to be inserted with its transition.
-#[derive(Debug, Clone, PartialEq)]
-pub struct NewEvent {
-    pub step_index: Option<u32>,
-    pub kind: EventKind,
-    pub data: serde_json::Value,
-}
-
-impl NewEvent {
-    pub fn new(kind: EventKind, step_index: Option<u32>, data: serde_json::Value) -> NewEvent {
-        NewEvent {
-            step_index,
-            kind,
-            data,
-        }
-    }
-}
+// What a run records, written here but made by the loop and its consumers.
+pub use crate::types::{ModelCallRecord, NewEvent};
 
 /// One state transition of one run: the run's new row, the steps and
 /// approvals it writes, and its events. `expect` is the compare-and-set.
@@ -59,19 +43,6 @@ pub struct Transition {
     pub events: Vec<NewEvent>,
     /// Model calls made since the previous transition, recorded with it.
     pub model_calls: Vec<ModelCallRecord>,
-}
-
-/// One call to the model provider, as accounted.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ModelCallRecord {
-    pub step_index: u32,
-    pub provider: String,
-    pub prompt_tokens: u32,
-    pub completion_tokens: u32,
-    /// `ok`, `error` or `refused_limit`.
-    pub outcome: &'static str,
-    pub error: Option<String>,
-    pub latency_ms: u64,
 }
 
 /// One model call as stored, for operators' reads.

@@ -48,7 +48,7 @@ pub fn check_specs(specs: &[ToolSpec]) -> Result<(), String> {
         let over = |what: &str, len: usize, max: usize| {
             Err(format!(
                 "tool {:?}: its {what} is {len} bytes, over the limit of {max}",
-                keel_guest::render::cap(&s.name, 64)
+                keel_vocab::render::cap(&s.name, 64)
             ))
         };
         if s.name.is_empty() {

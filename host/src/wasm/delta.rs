@@ -1,9 +1,9 @@
 //! Per-instance memory of what a plugin has already been handed, so that
 //! each call carries only what changed.
 
-use super::lower;
 #[cfg(feature = "bench-hooks")]
-use super::{bindings::wit, convert};
+use super::bindings::wit;
+use super::shape::{run, step};
 use crate::consumer::RunView;
 use crate::types::{Approval, ApprovalStatus, Step, StepState};
 use std::collections::HashMap;
@@ -30,13 +30,13 @@ impl DeltaTracker {
     /// the tracker then assumes the instance holds `view`. Cost: O(steps)
     /// integer compares at worst, O(steps not done) usually, O(changed)
     /// conversions, no copies.
-    pub fn delta<'a>(&mut self, view: RunView<'a>) -> lower::ViewDeltaRef<'a> {
+    pub fn delta<'a>(&mut self, view: RunView<'a>) -> run::ViewDeltaRef<'a> {
         let (reset, steps, approvals) = self.changes(view);
-        lower::ViewDeltaRef {
+        run::ViewDeltaRef {
             reset,
-            run: lower::run(view.run, view.run.step_count),
-            steps: steps.into_iter().map(lower::step).collect(),
-            approvals: approvals.into_iter().map(lower::approval).collect(),
+            run: run::run(view.run, view.run.step_count),
+            steps: steps.into_iter().map(step::step).collect(),
+            approvals: approvals.into_iter().map(run::approval).collect(),
         }
     }
 
@@ -44,13 +44,7 @@ impl DeltaTracker {
     /// bindings (benchmarks compare the two; `bench-hooks`).
     #[cfg(feature = "bench-hooks")]
     pub fn delta_owned(&mut self, view: RunView<'_>) -> wit::ViewDelta {
-        let (reset, steps, approvals) = self.changes(view);
-        wit::ViewDelta {
-            reset,
-            run: convert::run_out(view.run, view.run.step_count),
-            steps: steps.into_iter().map(convert::step_out).collect(),
-            approvals: approvals.into_iter().map(convert::approval_out).collect(),
-        }
+        self.delta(view).into()
     }
 
     /// Whether the instance must reset, and the steps and approvals it does

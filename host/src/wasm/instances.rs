@@ -5,7 +5,8 @@ use super::bindings::policy;
 use super::bindings::{tool, wit};
 use super::deadline::{CallDeadline, Overran};
 use super::limits::{classify, PluginLimits};
-use super::{convert, delta::DeltaTracker, lower, HostState, Plugin, PluginPre, WasmHost};
+use super::shape::{effect, step};
+use super::{delta::DeltaTracker, lower, HostState, Plugin, PluginPre, WasmHost};
 use crate::consumer::{
     Agent, ConsumerError, EventSink, Policy, RunView, ToolError, ToolProvider, TrapKind,
 };
@@ -170,7 +171,7 @@ impl WasmAgent {
         let (init, decide) = exports(plugin)?
             .agent(&mut store, &instance)
             .map_err(|e| ConsumerError::Failed(format!("{}: {e}", plugin.name)))?;
-        let specs: Vec<_> = tools.iter().map(convert::tool_spec_out).collect();
+        let specs: Vec<_> = tools.iter().map(effect::tool_spec_out).collect();
         arm(&mut store)?;
         let init = bounded(deadline(&store), init.call(&mut store, config, &specs)).await;
         store.data_mut().report_dropped_logs();
@@ -204,9 +205,9 @@ impl WasmAgent {
         run: &Run,
     ) -> wasmtime::Result<Result<wit::Decision, String>> {
         unbudgeted(&mut self.store)?;
-        let delta = lower::ViewDeltaRef {
+        let delta = super::shape::run::ViewDeltaRef {
             reset: false,
-            run: lower::run(run, run.step_count),
+            run: super::shape::run::run(run, run.step_count),
             steps: Vec::new(),
             approvals: Vec::new(),
         };
@@ -242,7 +243,7 @@ impl Agent for WasmAgent {
         self.store.data_mut().report_dropped_logs();
         let result = match called {
             Ok(Ok(d)) => {
-                let d = convert::decision_in(d);
+                let d = step::decision_in(d);
                 match too_big(&self.store, "the decision", decision_size(&d)) {
                     Some(e) => Err(e),
                     None => Ok(d),
@@ -341,8 +342,8 @@ impl WasmPolicy {
     ) -> (wit::ToolCall, wit::Effect, wit::ViewDelta) {
         let view = self.scoped(view);
         (
-            convert::call_out(call),
-            convert::effect_out(effect),
+            wit::ToolCall::from(step::call(call)),
+            effect::effect_out(effect),
             self.tracker.delta_owned(view),
         )
     }
@@ -411,8 +412,8 @@ impl Policy for WasmPolicy {
             deadline(&self.store),
             self.evaluate.call(
                 &mut self.store,
-                lower::call(call),
-                convert::effect_out(effect),
+                step::call(call),
+                effect::effect_out(effect),
                 delta,
             ),
         )
@@ -420,7 +421,7 @@ impl Policy for WasmPolicy {
         self.store.data_mut().report_dropped_logs();
         let result = match called {
             Ok(Ok(v)) => {
-                let v = convert::verdict_in(v);
+                let v = step::verdict_in(v);
                 match too_big(&self.store, "the verdict", verdict_size(&v)) {
                     Some(e) => Err(e),
                     None => Ok(v),
@@ -524,7 +525,7 @@ impl WasmTools {
         if let Some(e) = too_big(&store, "the tool specs", size) {
             return Err(e);
         }
-        t.specs = specs.into_iter().map(convert::tool_spec_in).collect();
+        t.specs = specs.into_iter().map(effect::tool_spec_in).collect();
         if let Some(slot) = &t.stateful {
             *slot.lock().await = Some((store, bindings));
         }

@@ -10,7 +10,6 @@
 
 pub mod bindings;
 pub mod cache;
-mod convert;
 pub mod deadline;
 mod delta;
 pub mod inspect;
@@ -18,6 +17,7 @@ mod instances;
 pub mod limits;
 mod links;
 mod lower;
+pub mod shape;
 mod state;
 
 pub use cache::CacheOutcome;

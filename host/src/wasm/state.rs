@@ -156,7 +156,7 @@ impl super::bindings::agent::keel::plugin::model::Host for HostState {
         // Time spent waiting for the model is not the guest's.
         let left = self.deadline.suspend();
         let result = gate
-            .complete(&super::convert::model_request_in(request))
+            .complete(&super::shape::model::model_request_in(request))
             .await;
         self.deadline.resume(left);
         // An outage ends the agent's call: the run parks, and the server's
@@ -176,7 +176,7 @@ impl super::bindings::agent::keel::plugin::model::Host for HostState {
             ));
         }
         Ok(result
-            .map(super::convert::model_response_out)
-            .map_err(super::convert::model_error_out))
+            .map(super::shape::model::model_response_out)
+            .map_err(super::shape::model::model_error_out))
     }
 }

@@ -119,11 +119,11 @@ fn request() -> ModelRequest {
             tool_calls: vec![],
             tool_call_id: None,
         }],
-        tools: vec![keel_guest::ToolSpec {
+        tools: vec![keel::ToolSpec {
             name: "fs_read".into(),
             description: "read".into(),
             parameters: r#"{"type":"object"}"#.into(),
-            effect: keel_guest::Effect::ReadOnly,
+            effect: keel::Effect::ReadOnly,
         }],
         max_tokens: Some(50),
         temperature: None,

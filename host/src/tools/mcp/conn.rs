@@ -49,11 +49,11 @@ impl std::fmt::Display for Endpoint {
             Endpoint::Stdio { command, .. } => {
                 let shown: Vec<String> = command
                     .iter()
-                    .map(|a| keel_guest::render::cap(a, 80))
+                    .map(|a| keel_vocab::render::cap(a, 80))
                     .collect();
                 write!(f, "`{}`", shown.join(" "))
             }
-            Endpoint::Http { url } => write!(f, "{}", keel_guest::render::cap(url, 200)),
+            Endpoint::Http { url } => write!(f, "{}", keel_vocab::render::cap(url, 200)),
         }
     }
 }
@@ -195,7 +195,7 @@ pub struct StderrTail(Mutex<VecDeque<String>>);
 impl StderrTail {
     fn push(&self, line: &[u8]) {
         let text = String::from_utf8_lossy(line);
-        let text = keel_guest::render::cap(text.trim_end(), STDERR_LINE_BYTES);
+        let text = keel_vocab::render::cap(text.trim_end(), STDERR_LINE_BYTES);
         if text.is_empty() {
             return;
         }

@@ -497,7 +497,7 @@ impl McpServer {
                 return Err(ToolError::new(format!(
                     "{}: tool {name:?}: the server answered with an error: {}",
                     self.spec.label,
-                    keel_guest::render::cap(&e.message, ERROR_TEXT_BYTES)
+                    keel_vocab::render::cap(&e.message, ERROR_TEXT_BYTES)
                 )))
             }
             Err(e) => {
@@ -523,7 +523,7 @@ impl McpServer {
             return Err(ToolError::new(format!(
                 "{}: tool {name:?} failed: {}",
                 self.spec.label,
-                keel_guest::render::cap(&text.join("\n"), ERROR_TEXT_BYTES)
+                keel_vocab::render::cap(&text.join("\n"), ERROR_TEXT_BYTES)
             )));
         }
         let mut out = serde_json::Map::new();
