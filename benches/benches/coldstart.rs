@@ -15,11 +15,12 @@
 //! the one compile that fills the cache instead.
 
 use criterion::{criterion_group, criterion_main, BenchmarkGroup, BenchmarkId, Criterion};
-use keel::consumer::{Agent, EventSink, Policy, RunView};
-use keel::model::{ModelGate, StubProvider};
+use keel::consumer::{Agent, Policy, RunView};
+use keel::model::StubProvider;
 use keel::wasm::{
     cache, EngineOptions, Plugin, PluginLimits, WasmAgent, WasmHost, WasmPolicy, World,
 };
+use keel::ConsumersBuilder;
 use keel::*;
 use keel_benches::*;
 use std::path::PathBuf;
@@ -135,7 +136,7 @@ fn bench_coldstart(c: &mut Criterion) {
             plugin,
             RULES,
             &PluginLimits::default(),
-            Arc::new(EventSink::default()),
+            &ConsumersBuilder::new(Arc::new(StubProvider::default())),
         ))
         .unwrap()
     };
@@ -190,15 +191,13 @@ fn bench_coldstart(c: &mut Criterion) {
 
     let script = script_config(HELD + 4);
     let new_agent = |plugin: &Plugin| {
-        let gate = Arc::new(ModelGate::new(Arc::new(StubProvider::default())));
         rt.block_on(WasmAgent::new(
             &host,
             plugin,
             &script,
             &[],
             &PluginLimits::default(),
-            gate,
-            Arc::new(EventSink::default()),
+            &ConsumersBuilder::new(Arc::new(StubProvider::default())),
         ))
         .unwrap()
     };

@@ -20,8 +20,9 @@
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use keel::consumer::{EventSink, RunView};
-use keel::model::{ModelGate, StubProvider};
+use keel::model::StubProvider;
 use keel::wasm::{EngineOptions, PluginLimits, WasmAgent, WasmHost, WasmPolicy, World};
+use keel::ConsumersBuilder;
 use keel::*;
 use keel_benches::*;
 use std::hint::black_box;
@@ -56,7 +57,7 @@ fn bench_hostcall(c: &mut Criterion) {
             &policy,
             rules,
             &PluginLimits::default(),
-            Arc::new(EventSink::default()),
+            &ConsumersBuilder::new(Arc::new(StubProvider::default())),
         ))
         .unwrap();
     g.bench_function("evaluate/keel", |b| {
@@ -216,7 +217,7 @@ fn bench_hostcall(c: &mut Criterion) {
                 &policy,
                 rules,
                 &PluginLimits::default(),
-                Arc::new(EventSink::default()),
+                &ConsumersBuilder::new(Arc::new(StubProvider::default())),
             ))
             .unwrap()
         })
@@ -266,15 +267,13 @@ fn scripted_agent(
     calls: usize,
 ) -> WasmAgent {
     let script = serde_json::json!({ "script": (0..calls).map(|i| serde_json::json!({ "call": { "tool": "echo", "arguments": { "i": i } } })).collect::<Vec<_>>() });
-    let gate = Arc::new(ModelGate::new(Arc::new(StubProvider::default())));
     rt.block_on(WasmAgent::new(
         host,
         agent,
         &script.to_string(),
         &[],
         &PluginLimits::default(),
-        gate,
-        Arc::new(EventSink::default()),
+        &ConsumersBuilder::new(Arc::new(StubProvider::default())),
     ))
     .unwrap()
 }
@@ -301,8 +300,8 @@ fn hostile_agent(
         log_lines_per_call: 1_000,
         ..PluginLimits::default()
     };
-    let gate = Arc::new(ModelGate::new(Arc::new(StubProvider::default())));
-    let sink = Arc::new(EventSink::default());
+    let wiring = ConsumersBuilder::new(Arc::new(StubProvider::default()));
+    let sink = wiring.events();
     let a = rt
         .block_on(WasmAgent::new(
             host,
@@ -310,8 +309,7 @@ fn hostile_agent(
             &format!(r#"{{"mode":"{mode}"}}"#),
             &[],
             &limits,
-            gate,
-            sink.clone(),
+            &wiring,
         ))
         .unwrap();
     (a, sink)

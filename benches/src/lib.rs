@@ -8,8 +8,7 @@
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use async_trait::async_trait;
-use keel::consumer::EventSink;
-use keel::model::{ModelGate, StubProvider};
+use keel::model::StubProvider;
 use keel::*;
 use std::sync::Arc;
 
@@ -68,12 +67,10 @@ pub fn echo_tool(pad: usize) -> Arc<dyn ToolProvider> {
 pub fn native_consumers(n: u32, pad: usize) -> Consumers {
     let mut tools = ToolSet::new();
     let _ = tools.add(echo_tool(pad));
-    Consumers::new(
+    ConsumersBuilder::new(Arc::new(StubProvider::default())).build(
         Box::new(CountingAgent { n }),
         Box::new(AllowAll),
         tools,
-        Arc::new(ModelGate::new(Arc::new(StubProvider::default()))),
-        Arc::new(EventSink::default()),
     )
 }
 
@@ -191,23 +188,21 @@ pub async fn wasm_consumers(
     let mut tools = ToolSet::new();
     let _ = tools.add(echo_tool(pad));
     let rules = r#"{"rules":[{"tool":"echo","action":"allow"}]}"#;
-    let sink = Arc::new(EventSink::default());
-    let gate = Arc::new(ModelGate::new(Arc::new(StubProvider::default())));
+    let wiring = ConsumersBuilder::new(Arc::new(StubProvider::default()));
     let a = WasmAgent::new(
         host,
         agent,
         config,
         tools.specs(),
         &PluginLimits::default(),
-        gate.clone(),
-        sink.clone(),
+        &wiring,
     )
     .await
     .unwrap();
-    let p = WasmPolicy::new(host, policy, rules, &PluginLimits::default(), sink.clone())
+    let p = WasmPolicy::new(host, policy, rules, &PluginLimits::default(), &wiring)
         .await
         .unwrap();
-    Consumers::new(Box::new(a), Box::new(p), tools, gate, sink)
+    wiring.build(Box::new(a), Box::new(p), tools)
 }
 
 /// Whether the paired measurement `name` runs: all of them unless

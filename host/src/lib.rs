@@ -28,7 +28,7 @@ pub mod types;
 pub mod wasm;
 
 pub use consumer::{Agent, ConsumerError, FnTool, Policy, RunView, ToolError, ToolProvider};
-pub use driver::{Consumers, DriverError, Outcome, Runtime};
+pub use driver::{Consumers, ConsumersBuilder, DriverError, Outcome, Runtime};
 pub use store::{Durability, Store, StoreError, StoreHandle};
 pub use tools::ToolSet;
 pub use types::{

@@ -16,8 +16,7 @@
 mod common;
 
 use common::wasm::{host, plugin};
-use keel::consumer::EventSink;
-use keel::model::{ModelGate, StubProvider};
+use keel::model::StubProvider;
 use keel::wasm::{PluginLimits, WasmAgent, WasmPolicy, World};
 use keel::*;
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -130,17 +129,8 @@ fn limits() -> Limits {
 }
 
 async fn native(calls: u32, pad: usize) -> Consumers {
-    let sink = Arc::new(EventSink::default());
-    let gate = Arc::new(ModelGate::new(Arc::new(StubProvider::new(
-        std::time::Duration::ZERO,
-    ))));
-    Consumers::new(
-        Box::new(Calls(calls)),
-        Box::new(AllowAll),
-        tools(pad),
-        gate,
-        sink,
-    )
+    let wiring = ConsumersBuilder::new(Arc::new(StubProvider::new(std::time::Duration::ZERO)));
+    wiring.build(Box::new(Calls(calls)), Box::new(AllowAll), tools(pad))
 }
 
 async fn wasm(calls: u32, pad: usize) -> Consumers {
@@ -164,24 +154,15 @@ async fn pair(
     set: ToolSet,
     model: Arc<StubProvider>,
 ) -> Consumers {
-    let sink = Arc::new(EventSink::default());
-    let gate = Arc::new(ModelGate::new(model));
+    let wiring = ConsumersBuilder::new(model);
     let l = PluginLimits::default();
-    let a = WasmAgent::new(
-        &host(),
-        agent,
-        config,
-        set.specs(),
-        &l,
-        gate.clone(),
-        sink.clone(),
-    )
-    .await
-    .unwrap();
-    let p = WasmPolicy::new(&host(), policy, POLICY_RULES, &l, sink.clone())
+    let a = WasmAgent::new(&host(), agent, config, set.specs(), &l, &wiring)
         .await
         .unwrap();
-    Consumers::new(Box::new(a), Box::new(p), set, gate, sink)
+    let p = WasmPolicy::new(&host(), policy, POLICY_RULES, &l, &wiring)
+        .await
+        .unwrap();
+    wiring.build(Box::new(a), Box::new(p), set)
 }
 
 /// Allocations of one run of `calls` steps, consumers made outside the count.

@@ -6,8 +6,7 @@
 //!     cargo run -p keel-embed-example -- [PLUGINS_DIR]
 
 use anyhow::Context;
-use keel::consumer::EventSink;
-use keel::model::{ModelGate, StubProvider};
+use keel::model::StubProvider;
 use keel::wasm::{EngineOptions, PluginLimits, WasmAgent, WasmHost, WasmPolicy, World};
 use keel::*;
 use serde_json::json;
@@ -44,16 +43,14 @@ async fn consumers(host: &WasmHost, plugins: &std::path::Path) -> anyhow::Result
     let rules = json!({ "rules": [
         { "effect": "remote-mutation", "action": "require-approval", "reason": "reservations need sign-off" },
     ]});
-    let sink = Arc::new(EventSink::default());
-    let gate = Arc::new(ModelGate::new(Arc::new(StubProvider::default())));
+    let wiring = ConsumersBuilder::new(Arc::new(StubProvider::default()));
     let a = WasmAgent::new(
         host,
         &agent,
         &script.to_string(),
         tools.specs(),
         &PluginLimits::default(),
-        gate.clone(),
-        sink.clone(),
+        &wiring,
     )
     .await?;
     let p = WasmPolicy::new(
@@ -61,10 +58,10 @@ async fn consumers(host: &WasmHost, plugins: &std::path::Path) -> anyhow::Result
         &policy,
         &rules.to_string(),
         &PluginLimits::default(),
-        sink.clone(),
+        &wiring,
     )
     .await?;
-    Ok(Consumers::new(Box::new(a), Box::new(p), tools, gate, sink))
+    Ok(wiring.build(Box::new(a), Box::new(p), tools))
 }
 
 #[tokio::main]

@@ -10,9 +10,8 @@
 //! Little's law; the measured latencies give p50, p90 and p99.
 
 use super::floor::{FloorReport, Recorder, Recording};
-use crate::consumer::EventSink;
-use crate::driver::{Consumers, Runtime};
-use crate::model::{ModelGate, StubProvider};
+use crate::driver::{Consumers, ConsumersBuilder, Runtime};
+use crate::model::StubProvider;
 use crate::store::{Durability, Observed, RunStore, Store, StoreHandle};
 use crate::tools::ToolSet;
 use crate::types::{Effect, Limits, RunStatus, ToolSpec};
@@ -217,16 +216,14 @@ impl Bench {
 
     /// A run's consumers, instantiated, the agent's model `model`.
     pub(crate) async fn consumers_on(&self, model: Arc<StubProvider>) -> anyhow::Result<Consumers> {
-        let sink = Arc::new(EventSink::default());
-        let gate = Arc::new(ModelGate::new(model));
+        let wiring = ConsumersBuilder::new(model);
         let agent = WasmAgent::new(
             &self.host,
             &self.agent,
             "{}",
             self.tools.specs(),
             &self.limits,
-            gate.clone(),
-            sink.clone(),
+            &wiring,
         )
         .await
         .context("instantiating the agent")?;
@@ -235,17 +232,11 @@ impl Bench {
             &self.policy,
             POLICY_RULES,
             &self.limits,
-            sink.clone(),
+            &wiring,
         )
         .await
         .context("instantiating the policy")?;
-        Ok(Consumers::new(
-            Box::new(agent),
-            Box::new(policy),
-            self.tools.clone(),
-            gate,
-            sink,
-        ))
+        Ok(wiring.build(Box::new(agent), Box::new(policy), self.tools.clone()))
     }
 }
 

@@ -234,7 +234,7 @@ pub(crate) async fn measure(
                         // the loop does, and what it counted taken back.
                         let (run, l) = (&v.run, &v.run.limits);
                         let step = v.steps.len() as u32;
-                        c.model.arm(
+                        c.model().arm(
                             step,
                             run.model_calls,
                             run.tokens,
@@ -245,7 +245,7 @@ pub(crate) async fn measure(
                             .decide(v.view())
                             .await
                             .context("the floor's decide")?;
-                        c.model.drain();
+                        c.model().drain();
                     }
                     PluginCall::Evaluate(call, e, v) => {
                         c.policy

@@ -3,12 +3,9 @@
 //! the tools in a table.
 
 use super::{Config, DirMode, McpSource, ModelConfig, ToolConfig};
-use crate::consumer::EventSink;
 use crate::consumer::ToolProvider;
-use crate::driver::Consumers;
-use crate::model::{
-    ModelGate, ModelProvider, OpenAiProvider, OpenAiSettings, ReplayProvider, StubProvider,
-};
+use crate::driver::{Consumers, ConsumersBuilder};
+use crate::model::{ModelProvider, OpenAiProvider, OpenAiSettings, ReplayProvider, StubProvider};
 use crate::tools::mcp::{Endpoint, McpServer, McpTools, ServerSpec};
 use crate::tools::ToolSet;
 use crate::wasm::{
@@ -110,8 +107,7 @@ impl Assembly {
     /// Fresh consumers for one run: its own agent and policy instances.
     pub async fn consumers(&self) -> anyhow::Result<Consumers> {
         let cfg = &self.config;
-        let sink = Arc::new(EventSink::default());
-        let gate = Arc::new(ModelGate::new(self.provider.clone()));
+        let wiring = ConsumersBuilder::new(self.provider.clone());
         let mut set = ToolSet::new();
         for (i, (source, t)) in self.tools.iter().zip(&cfg.tools).enumerate() {
             let plugin = match source {
@@ -145,7 +141,7 @@ impl Assembly {
                 t.limits.clone(),
                 caps,
                 t.stateful,
-                Some(sink.clone()),
+                Some(wiring.events()),
             )
             .await
             .with_context(|| format!("starting tool {}", plugin.name))?;
@@ -190,8 +186,7 @@ impl Assembly {
             &cfg.agent.config.to_string(),
             set.specs(),
             &cfg.agent.limits,
-            gate.clone(),
-            sink.clone(),
+            &wiring,
         )
         .await
         .with_context(|| format!("starting the agent {}", self.agent.name))?;
@@ -200,17 +195,11 @@ impl Assembly {
             &self.policy,
             &cfg.policy.config.to_string(),
             &cfg.policy.limits,
-            sink.clone(),
+            &wiring,
         )
         .await
         .with_context(|| format!("starting the policy {}", self.policy.name))?;
-        Ok(Consumers::new(
-            Box::new(agent),
-            Box::new(policy),
-            set,
-            gate,
-            sink,
-        ))
+        Ok(wiring.build(Box::new(agent), Box::new(policy), set))
     }
 }
 

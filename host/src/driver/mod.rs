@@ -17,8 +17,8 @@ pub use clock::{Clock, Ids, RandomIds, SeqIds, StepClock, SystemClock};
 pub use facade::{Operator, RunDetail};
 pub use operator::cancel;
 
-use crate::consumer::{Agent, Policy};
-use crate::model::ModelGate;
+use crate::consumer::{Agent, EventSink, Policy};
+use crate::model::{ModelGate, ModelProvider};
 use crate::store::{Event, RunStore, StoreError};
 use crate::tools::ToolSet;
 use crate::types::*;
@@ -44,32 +44,83 @@ pub struct Runtime {
     pub(crate) telemetry: Option<Arc<crate::telemetry::Telemetry>>,
 }
 
-/// The consumers of one run. They serve this run only.
+/// The consumers of one run, made by a [`ConsumersBuilder`]. They serve
+/// this run only.
 pub struct Consumers {
+    /// Decides each step.
     pub agent: Box<dyn Agent>,
+    /// Judges each call before it runs.
     pub policy: Box<dyn Policy>,
+    /// The tools the agent may call.
     pub tools: ToolSet,
-    /// The run's model accounting, shared with the agent that calls through it.
-    pub model: Arc<ModelGate>,
-    /// Log lines of the consumers, stored with the next transition.
-    pub events: Arc<crate::consumer::EventSink>,
+    pub(crate) model: Arc<ModelGate>,
+    pub(crate) events: Arc<EventSink>,
 }
 
 impl Consumers {
-    /// Consumers with a fresh model gate over `provider` and a fresh sink.
-    pub fn new(
+    /// The run's model accounting: the gate the agent calls the model
+    /// through and the loop drains into each transition.
+    pub fn model(&self) -> &Arc<ModelGate> {
+        &self.model
+    }
+
+    /// The consumers' log lines, stored with the run's next transition.
+    pub fn events(&self) -> &Arc<EventSink> {
+        &self.events
+    }
+}
+
+/// Wires one run's consumers to one model gate and one event sink.
+///
+/// The agent must call the model through the very gate the loop drains
+/// (or its calls are neither limited nor recorded), and the agent, policy
+/// and tools must log into the sink the loop stores; built apart, they can
+/// silently disagree. The builder owns both: plugins are constructed from
+/// it ([`crate::wasm::WasmAgent::new`], [`crate::wasm::WasmPolicy::new`]),
+/// a native agent takes [`ConsumersBuilder::model`], and
+/// [`ConsumersBuilder::build`] is the only way to make [`Consumers`].
+pub struct ConsumersBuilder {
+    model: Arc<ModelGate>,
+    events: Arc<EventSink>,
+}
+
+impl ConsumersBuilder {
+    /// A run's wiring over `provider`: a fresh model gate and a fresh sink.
+    pub fn new(provider: Arc<dyn ModelProvider>) -> ConsumersBuilder {
+        ConsumersBuilder::with_gate(ModelGate::new(provider))
+    }
+
+    /// A run's wiring over a gate made for it, and a fresh sink.
+    pub fn with_gate(gate: ModelGate) -> ConsumersBuilder {
+        ConsumersBuilder {
+            model: Arc::new(gate),
+            events: Arc::new(EventSink::default()),
+        }
+    }
+
+    /// The run's model gate, for an agent that calls the model.
+    pub fn model(&self) -> Arc<ModelGate> {
+        self.model.clone()
+    }
+
+    /// The run's event sink, for a consumer that logs.
+    pub fn events(&self) -> Arc<EventSink> {
+        self.events.clone()
+    }
+
+    /// The run's consumers, sharing this builder's gate and sink.
+    pub fn build(
+        self,
         agent: Box<dyn Agent>,
         policy: Box<dyn Policy>,
         tools: ToolSet,
-        model: Arc<ModelGate>,
-        events: Arc<crate::consumer::EventSink>,
     ) -> Consumers {
         Consumers {
             agent,
             policy,
             tools,
-            model,
-            events,
+            model: self.model,
+            events: self.events,
         }
     }
 }
@@ -275,4 +326,75 @@ pub fn approval_hash(
         doc["tool_pin"] = serde_json::Value::String(pin.to_string());
     }
     hex::encode(Sha256::digest(canonical_json(&doc).as_bytes()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::consumer::{ConsumerError, RunView};
+    use crate::model::{ModelRequest, StubProvider};
+    use async_trait::async_trait;
+
+    /// An agent that asks the model once per step, through the gate it was
+    /// built with.
+    struct Asks(Arc<ModelGate>);
+
+    #[async_trait]
+    impl Agent for Asks {
+        async fn decide(&mut self, _: RunView<'_>) -> Result<Decision, ConsumerError> {
+            let req = ModelRequest {
+                messages: vec![],
+                tools: vec![],
+                max_tokens: None,
+                temperature: None,
+            };
+            let _ = self.0.complete(&req).await;
+            Ok(Decision::Complete("1".into()))
+        }
+    }
+
+    struct Allow;
+
+    #[async_trait]
+    impl Policy for Allow {
+        async fn evaluate(
+            &mut self,
+            _: &ToolCall,
+            _: Effect,
+            _: RunView<'_>,
+        ) -> Result<Verdict, ConsumerError> {
+            Ok(Verdict::Allow)
+        }
+    }
+
+    #[tokio::test]
+    async fn the_agent_calls_through_the_gate_the_loop_drains_and_logs_into_its_sink() {
+        let wiring = ConsumersBuilder::new(Arc::new(StubProvider::default()));
+        let agent = Asks(wiring.model());
+        let sink = wiring.events();
+        let mut c = wiring.build(Box::new(agent), Box::new(Allow), ToolSet::new());
+        c.model().arm(0, 0, 0, 10, 10_000);
+        let run = Run::new("run-1", "g", Limits::default(), 0);
+        let view = RunView {
+            run: &run,
+            steps: &[],
+            approvals: &[],
+        };
+        c.agent.decide(view).await.unwrap();
+        assert_eq!(
+            c.model().drain().calls,
+            1,
+            "the call was counted where the loop looks"
+        );
+        sink.push(crate::types::NewEvent::new(
+            EventKind::PluginLog,
+            None,
+            serde_json::json!({}),
+        ));
+        assert_eq!(
+            c.events().drain().len(),
+            1,
+            "the log reached the loop's sink"
+        );
+    }
 }

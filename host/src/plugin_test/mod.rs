@@ -4,8 +4,9 @@
 
 pub mod cases;
 
-use crate::consumer::{Agent, EventSink, Policy, RunView, ToolProvider};
-use crate::model::{ModelGate, StubProvider};
+use crate::consumer::{Agent, Policy, RunView, ToolProvider};
+use crate::driver::ConsumersBuilder;
+use crate::model::StubProvider;
 use crate::types::{Limits, Run};
 use crate::wasm::{
     Plugin, PluginLimits, ToolCaps, WasmAgent, WasmHost, WasmPolicy, WasmTools, World,
@@ -61,25 +62,15 @@ async fn run_case(
 ) -> Got {
     let config = case.config.as_deref().unwrap_or(&file.config);
     let limits = PluginLimits::default();
-    let sink = Arc::new(EventSink::default());
+    let wiring = ConsumersBuilder::new(Arc::new(StubProvider::default()));
     let init_failed = |e: String| Got::InitError(e);
     match (&case.input, plugin.world) {
         (Input::InitOnly, World::Agent) | (Input::Agent(_), World::Agent) => {
-            let gate = Arc::new(ModelGate::new(Arc::new(StubProvider::default())));
-            let mut agent = match WasmAgent::new(
-                host,
-                plugin,
-                config,
-                &file.tools,
-                &limits,
-                gate,
-                sink,
-            )
-            .await
-            {
-                Ok(a) => a,
-                Err(e) => return init_failed(e.to_string()),
-            };
+            let mut agent =
+                match WasmAgent::new(host, plugin, config, &file.tools, &limits, &wiring).await {
+                    Ok(a) => a,
+                    Err(e) => return init_failed(e.to_string()),
+                };
             let Input::Agent(view) = &case.input else {
                 return Got::InitOk;
             };
@@ -95,7 +86,7 @@ async fn run_case(
             }
         }
         (Input::InitOnly, World::Policy) | (Input::Policy { .. }, World::Policy) => {
-            let mut policy = match WasmPolicy::new(host, plugin, config, &limits, sink).await {
+            let mut policy = match WasmPolicy::new(host, plugin, config, &limits, &wiring).await {
                 Ok(p) => p,
                 Err(e) => return init_failed(e.to_string()),
             };
@@ -121,7 +112,7 @@ async fn run_case(
                 limits,
                 ToolCaps::default(),
                 false,
-                Some(sink),
+                Some(wiring.events()),
             )
             .await;
             let tools = match tools {

@@ -10,7 +10,7 @@ use super::{delta::DeltaTracker, lower, HostState, Plugin, PluginPre, WasmHost};
 use crate::consumer::{
     Agent, ConsumerError, EventSink, Policy, RunView, ToolError, ToolProvider, TrapKind,
 };
-use crate::model::ModelGate;
+use crate::driver::ConsumersBuilder;
 use crate::types::*;
 use async_trait::async_trait;
 use std::path::PathBuf;
@@ -150,8 +150,7 @@ impl WasmAgent {
         config: &str,
         tools: &[ToolSpec],
         limits: &PluginLimits,
-        model: Arc<ModelGate>,
-        sink: Arc<EventSink>,
+        run: &ConsumersBuilder,
     ) -> Result<WasmAgent, ConsumerError> {
         let PluginPre::Agent(pre) = &plugin.pre else {
             return Err(ConsumerError::Failed(format!(
@@ -160,8 +159,8 @@ impl WasmAgent {
             )));
         };
         let mut store = new_store(host, plugin, limits, no_capabilities());
-        store.data_mut().model = Some(model);
-        store.data_mut().sink = Some(sink);
+        store.data_mut().model = Some(run.model());
+        store.data_mut().sink = Some(run.events());
         arm(&mut store)?;
         let instance = pre
             .instance_pre()
@@ -285,7 +284,7 @@ impl WasmPolicy {
         plugin: &Plugin,
         config: &str,
         limits: &PluginLimits,
-        sink: Arc<EventSink>,
+        run: &ConsumersBuilder,
     ) -> Result<WasmPolicy, ConsumerError> {
         let PluginPre::Policy(pre) = &plugin.pre else {
             return Err(ConsumerError::Failed(format!(
@@ -294,7 +293,7 @@ impl WasmPolicy {
             )));
         };
         let mut store = new_store(host, plugin, limits, no_capabilities());
-        store.data_mut().sink = Some(sink);
+        store.data_mut().sink = Some(run.events());
         arm(&mut store)?;
         let instance = pre
             .instance_pre()

@@ -5,8 +5,8 @@
 use crate::common;
 
 use common::wasm::*;
-use keel::consumer::{EventSink, RunView};
-use keel::model::{ModelGate, StubProvider};
+use keel::consumer::RunView;
+use keel::model::StubProvider;
 use keel::wasm::{PluginLimits, WasmAgent, WasmPolicy, World};
 use keel::*;
 use serde_json::{json, Value};
@@ -98,7 +98,7 @@ async fn policy(file: &str, config: &Value) -> Option<Result<WasmPolicy, Consume
             &p,
             &config.to_string(),
             &PluginLimits::default(),
-            Arc::new(EventSink::default()),
+            &ConsumersBuilder::new(Arc::new(StubProvider::default())),
         )
         .await,
     )
@@ -337,15 +337,13 @@ async fn agent_scripted_twins_give_the_same_decisions() {
     let mut results = vec![];
     for twin in AGENT_TWINS {
         let p = plugin(twin, World::Agent).expect("checked above");
-        let gate = Arc::new(ModelGate::new(Arc::new(StubProvider::default())));
         let mut a = WasmAgent::new(
             &host(),
             &p,
             &agent_script().to_string(),
             &[],
             &PluginLimits::default(),
-            gate,
-            Arc::new(EventSink::default()),
+            &ConsumersBuilder::new(Arc::new(StubProvider::default())),
         )
         .await
         .unwrap_or_else(|e| panic!("{twin}: {e}"));
@@ -413,15 +411,13 @@ async fn agent_scripted_twins_name_the_same_bad_key() {
     for twin in AGENT_TWINS {
         let p = plugin(twin, World::Agent).expect("checked above");
         for (config, path) in &bad {
-            let gate = Arc::new(ModelGate::new(Arc::new(StubProvider::default())));
             let r = WasmAgent::new(
                 &host(),
                 &p,
                 &config.to_string(),
                 &[],
                 &PluginLimits::default(),
-                gate,
-                Arc::new(EventSink::default()),
+                &ConsumersBuilder::new(Arc::new(StubProvider::default())),
             )
             .await;
             let e = r

@@ -153,12 +153,12 @@ impl Agent for SlowModelAgent {
 
 async fn a_cancel_interrupts_a_slow_model_call(s: TestStore) {
     let rt = s.runtime().await;
-    let gate = Arc::new(ModelGate::new(Arc::new(StubProvider::new(
-        Duration::from_secs(3600),
-    ))));
-    let (mut c, _) = consumers(vec![], vec![]);
-    c.agent = Box::new(SlowModelAgent { gate: gate.clone() });
-    c.model = gate;
+    let wiring = ConsumersBuilder::new(Arc::new(StubProvider::new(Duration::from_secs(3600))));
+    let (plain, _) = consumers(vec![], vec![]);
+    let agent = SlowModelAgent {
+        gate: wiring.model(),
+    };
+    let c = wiring.build(Box::new(agent), plain.policy, plain.tools);
     // An operator on another handle, as in another process.
     let op = s.runtime().await.operator();
     let canceller = tokio::spawn(async move {

@@ -612,7 +612,8 @@ impl<T: Policy> Policy for Logging<T> {
 /// the order it happened, plugin log lines included.
 async fn the_journal_lists_every_event_in_the_order_it_happened(s: TestStore) {
     let rt = s.runtime().await;
-    let sink = Arc::new(keel::consumer::EventSink::default());
+    let wiring = ConsumersBuilder::new(Arc::new(keel::model::StubProvider::default()));
+    let sink = wiring.events();
     let seen = Arc::new(Mutex::new(vec![]));
     let mut tools = ToolSet::new();
     tools
@@ -629,7 +630,7 @@ async fn the_journal_lists_every_event_in_the_order_it_happened(s: TestStore) {
             Arc::new(Mutex::new(0)),
         ))
         .unwrap();
-    let c = Consumers::new(
+    let c = wiring.build(
         Box::new(Logging {
             inner: ScriptAgent {
                 script: vec![
@@ -648,10 +649,6 @@ async fn the_journal_lists_every_event_in_the_order_it_happened(s: TestStore) {
             sink: sink.clone(),
         }),
         tools,
-        Arc::new(keel::model::ModelGate::new(Arc::new(
-            keel::model::StubProvider::default(),
-        ))),
-        sink,
     );
     let out = rt.start("order", Limits::default(), "{}", c).await.unwrap();
     assert_eq!(out.run.status, RunStatus::Completed);

@@ -315,9 +315,8 @@ async fn replay_returns_recorded_responses_in_order_and_refuses_the_rest() {
 
 /// agent-llm with the echo tool and an allow-echo policy, its model calls
 /// through `gate`; `None` when the plugins are not built.
-async fn llm_consumers(gate: Arc<ModelGate>) -> Option<keel::Consumers> {
+async fn llm_consumers(gate: ModelGate) -> Option<keel::Consumers> {
     use common::wasm::*;
-    use keel::consumer::EventSink;
     use keel::wasm::{PluginLimits, ToolCaps, WasmAgent, WasmPolicy, WasmTools, World};
     use keel::*;
     let (Some(agent), Some(policy), Some(echo)) = (
@@ -343,15 +342,14 @@ async fn llm_consumers(gate: Arc<ModelGate>) -> Option<keel::Consumers> {
             .unwrap(),
         ))
         .unwrap();
-    let sink = Arc::new(EventSink::default());
+    let wiring = ConsumersBuilder::with_gate(gate);
     let a = WasmAgent::new(
         &host(),
         &agent,
         r#"{"window":5}"#,
         tools.specs(),
         &PluginLimits::default(),
-        gate.clone(),
-        sink.clone(),
+        &wiring,
     )
     .await
     .unwrap();
@@ -360,11 +358,11 @@ async fn llm_consumers(gate: Arc<ModelGate>) -> Option<keel::Consumers> {
         &policy,
         r#"{"rules":[{"tool":"echo","action":"allow"}]}"#,
         &PluginLimits::default(),
-        sink.clone(),
+        &wiring,
     )
     .await
     .unwrap();
-    Some(Consumers::new(Box::new(a), Box::new(p), tools, gate, sink))
+    Some(wiring.build(Box::new(a), Box::new(p), tools))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -375,7 +373,7 @@ async fn agent_llm_drives_a_run_through_the_openai_provider() {
         Reply::Json(200, tool_call("echo", "{not json")),
         Reply::Json(200, answer("the echo said x=1")),
     ]);
-    let gate = Arc::new(ModelGate::new(provider(&s.url, 0, 5_000)));
+    let gate = ModelGate::new(provider(&s.url, 0, 5_000));
     let Some(consumers) = llm_consumers(gate).await else {
         return;
     };
@@ -423,8 +421,7 @@ async fn an_outage_parks_the_run_without_charging_it_and_resume_continues_it() {
         ),
         Reply::Json(200, answer("the echo said x=1")),
     ]);
-    let Some(consumers) = llm_consumers(Arc::new(ModelGate::new(provider(&s.url, 1, 5_000)))).await
-    else {
+    let Some(consumers) = llm_consumers(ModelGate::new(provider(&s.url, 1, 5_000))).await else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -489,8 +486,7 @@ async fn an_outage_parks_the_run_without_charging_it_and_resume_continues_it() {
 
     // Resumed with the server back: the run completes, and with a call
     // limit of 2 that it would have passed had the outage been charged.
-    let Some(consumers) = llm_consumers(Arc::new(ModelGate::new(provider(&s.url, 1, 5_000)))).await
-    else {
+    let Some(consumers) = llm_consumers(ModelGate::new(provider(&s.url, 1, 5_000))).await else {
         return;
     };
     let out = rt.resume(&run.id, consumers).await.unwrap();

@@ -8,8 +8,7 @@ use crate::common;
 
 use common::wasm::*;
 use common::*;
-use keel::consumer::EventSink;
-use keel::model::{ModelGate, StubProvider};
+use keel::model::StubProvider;
 use keel::wasm::{PluginLimits, ToolCaps, WasmAgent, WasmPolicy, WasmTools, World};
 use keel::*;
 use serde_json::json;
@@ -45,16 +44,14 @@ async fn agent_run(
 ) -> Option<Outcome> {
     let agent = plugin("hostile-agent-rust.wasm", World::Agent)?;
     let policy = plugin("policy-rules-rust.wasm", World::Policy)?;
-    let sink = Arc::new(EventSink::default());
-    let gate = Arc::new(ModelGate::new(Arc::new(StubProvider::new(Duration::ZERO))));
+    let wiring = ConsumersBuilder::new(Arc::new(StubProvider::new(Duration::ZERO)));
     let a = WasmAgent::new(
         &host(),
         &agent,
         &json!({ "mode": mode }).to_string(),
         set.specs(),
         &limits,
-        gate.clone(),
-        sink.clone(),
+        &wiring,
     )
     .await
     .unwrap();
@@ -63,11 +60,11 @@ async fn agent_run(
         &policy,
         &allow_all(),
         &PluginLimits::default(),
-        sink.clone(),
+        &wiring,
     )
     .await
     .unwrap();
-    let c = Consumers::new(Box::new(a), Box::new(pol), set, gate, sink);
+    let c = wiring.build(Box::new(a), Box::new(pol), set);
     let rt = runtime(db);
     Some(
         tokio::time::timeout(Duration::from_secs(60), rt.start(mode, run_limits, "{}", c))

@@ -6,8 +6,7 @@ use crate::common;
 
 use common::wasm::*;
 use common::*;
-use keel::consumer::EventSink;
-use keel::model::{ModelGate, StubProvider};
+use keel::model::StubProvider;
 use keel::wasm::{PluginLimits, ToolCaps, WasmAgent, WasmPolicy, WasmTools, World};
 use keel::*;
 use serde_json::json;
@@ -36,16 +35,14 @@ async fn wasm_consumers(p: &Parts) -> Option<Consumers> {
     for t in &p.tools {
         set.add(t.clone()).unwrap();
     }
-    let sink = Arc::new(EventSink::default());
-    let gate = Arc::new(ModelGate::new(Arc::new(StubProvider::new(p.latency))));
+    let wiring = ConsumersBuilder::new(Arc::new(StubProvider::new(p.latency)));
     let a = WasmAgent::new(
         &host(),
         &agent,
         &p.agent_config.to_string(),
         set.specs(),
         &p.agent_limits,
-        gate.clone(),
-        sink.clone(),
+        &wiring,
     )
     .await
     .unwrap();
@@ -54,11 +51,11 @@ async fn wasm_consumers(p: &Parts) -> Option<Consumers> {
         &policy,
         &p.policy_config.to_string(),
         &PluginLimits::default(),
-        sink.clone(),
+        &wiring,
     )
     .await
     .unwrap();
-    Some(Consumers::new(Box::new(a), Box::new(pol), set, gate, sink))
+    Some(wiring.build(Box::new(a), Box::new(pol), set))
 }
 
 async fn echo_tool() -> Option<Arc<dyn ToolProvider>> {

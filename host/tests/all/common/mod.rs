@@ -2,8 +2,7 @@
 #![allow(dead_code)]
 
 use async_trait::async_trait;
-use keel::consumer::EventSink;
-use keel::model::{ModelGate, StubProvider};
+use keel::model::StubProvider;
 use keel::*;
 use std::sync::{Arc, Mutex};
 
@@ -98,7 +97,7 @@ pub fn consumers(script: Vec<Decision>, tools: Vec<Arc<dyn ToolProvider>>) -> (C
     for t in tools {
         set.add(t).unwrap();
     }
-    let c = Consumers::new(
+    let c = ConsumersBuilder::new(Arc::new(StubProvider::default())).build(
         Box::new(ScriptAgent {
             script,
             seen: agent_seen.clone(),
@@ -107,8 +106,6 @@ pub fn consumers(script: Vec<Decision>, tools: Vec<Arc<dyn ToolProvider>>) -> (C
             seen: policy_seen.clone(),
         }),
         set,
-        Arc::new(ModelGate::new(Arc::new(StubProvider::default()))),
-        Arc::new(EventSink::default()),
     );
     (
         c,
