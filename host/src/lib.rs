@@ -13,6 +13,8 @@
 //! The commands of the `keel` binary, its load harnesses (`keel bench`),
 //! `keel plugin new` and `keel plugin test` live in the binary, not here.
 
+#![warn(missing_docs)]
+
 pub mod audit;
 pub mod config;
 pub mod consumer;

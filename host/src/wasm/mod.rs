@@ -8,7 +8,7 @@
 //! Each run gets its own agent and policy instances ([`WasmAgent`],
 //! [`WasmPolicy`]); tools get a fresh instance per call ([`WasmTools`]).
 
-pub mod bindings;
+pub(crate) mod bindings;
 pub mod cache;
 pub mod deadline;
 mod delta;
@@ -17,7 +17,7 @@ mod instances;
 pub mod limits;
 mod links;
 mod lower;
-pub mod shape;
+pub(crate) mod shape;
 mod state;
 
 pub use cache::CacheOutcome;
