@@ -11,8 +11,11 @@ use std::fmt;
 /// or judged, and every approval. Borrowed from the loop's cache, read-only.
 #[derive(Debug, Clone, Copy)]
 pub struct RunView<'a> {
+    /// The run's row as the loop holds it.
     pub run: &'a Run,
+    /// The run's steps before the one being decided or judged, in index order.
     pub steps: &'a [Step],
+    /// Every approval of the run, answered or not.
     pub approvals: &'a [Approval],
 }
 
@@ -20,14 +23,19 @@ pub struct RunView<'a> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TrapKind {
+    /// The call used up its fuel.
     OutOfFuel,
+    /// The call passed its wall-clock deadline.
     Deadline,
+    /// The instance hit its memory cap.
     MemoryCap,
+    /// The wasm stack overflowed.
     StackOverflow,
     /// The guest panicked or hit `unreachable`.
     Panic,
     /// What it returned was too big or malformed.
     BadOutput,
+    /// Any other trap, such as an out-of-bounds memory access.
     Other,
 }
 
@@ -37,6 +45,7 @@ static TRAPS: [std::sync::atomic::AtomicU64; 7] =
     [const { std::sync::atomic::AtomicU64::new(0) }; 7];
 
 impl TrapKind {
+    /// Every kind, in the order [`TrapKind::counts`] and the metrics list them.
     pub const ALL: [TrapKind; 7] = [
         TrapKind::OutOfFuel,
         TrapKind::Deadline,
@@ -62,6 +71,7 @@ impl TrapKind {
         })
     }
 
+    /// The kind's spelling in errors and metrics, such as `out_of_fuel`.
     pub fn as_str(self) -> &'static str {
         match self {
             TrapKind::OutOfFuel => "out_of_fuel",
@@ -83,7 +93,12 @@ pub enum ConsumerError {
     Failed(String),
     /// The plugin instance trapped and is dead; it will not be called again.
     #[error("trapped ({}): {message}", kind.as_str())]
-    Trapped { kind: TrapKind, message: String },
+    Trapped {
+        /// What stopped the instance.
+        kind: TrapKind,
+        /// What happened, in words, starting with the plugin's name.
+        message: String,
+    },
     /// The model provider's limit for the run was reached during the call.
     #[error("model limit reached: {0}")]
     ModelLimit(String),
@@ -92,6 +107,8 @@ pub enum ConsumerError {
 /// Chooses the next step.
 #[async_trait]
 pub trait Agent: Send {
+    /// The next decision, given the run so far; an error ends the run as
+    /// failed.
     async fn decide(&mut self, view: RunView<'_>) -> Result<Decision, ConsumerError>;
     /// What traces call it (`gen_ai.agent.name`): a plugin's name.
     fn name(&self) -> &str {
@@ -102,6 +119,8 @@ pub trait Agent: Send {
 /// Judges every valid tool call before it runs.
 #[async_trait]
 pub trait Policy: Send {
+    /// A verdict on `call`, whose tool has `effect`; an error ends the run as
+    /// failed.
     async fn evaluate(
         &mut self,
         call: &ToolCall,
@@ -117,7 +136,10 @@ pub trait Policy: Send {
 /// A tool's failure, shown to the agent as a `tool_error` observation.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolError {
+    /// What went wrong, in words; the agent sees it in the observation.
     pub message: String,
+    /// The trap's kind when the tool's instance trapped; `None` for an error
+    /// the tool returned.
     pub trap: Option<TrapKind>,
     /// The run cannot go on (an MCP tool whose pinned schema changed, with
     /// `on_pin_mismatch = "fail"`): the error is the step's observation and
@@ -135,6 +157,7 @@ impl fmt::Display for ToolError {
 }
 
 impl ToolError {
+    /// An error saying `message`, not a trap and not fatal.
     pub fn new(message: impl Into<String>) -> ToolError {
         ToolError {
             message: message.into(),
@@ -148,7 +171,10 @@ impl ToolError {
 /// as canonical JSON.
 #[async_trait]
 pub trait ToolProvider: Send + Sync {
+    /// The tools this provider offers, with their names, schemas and effects.
     fn specs(&self) -> Vec<ToolSpec>;
+    /// Runs tool `name` with `arguments`; the result must be JSON text, and an
+    /// error becomes the step's observation.
     async fn call(&self, name: &str, arguments: &str) -> Result<String, ToolError>;
 }
 
@@ -163,6 +189,8 @@ impl<F> FnTool<F>
 where
     F: Fn(serde_json::Value) -> Result<serde_json::Value, String> + Send + Sync + 'static,
 {
+    /// A tool described by `spec` that calls `f` with the parsed arguments;
+    /// `f`'s error becomes a tool error.
     pub fn new(spec: ToolSpec, f: F) -> FnTool<F> {
         FnTool { spec, f }
     }
@@ -197,9 +225,13 @@ pub struct EventSink {
 /// drains the sink, off the plugin's call path.
 #[derive(Debug)]
 pub struct LogLine {
+    /// The name of the plugin that logged it.
     pub plugin: std::sync::Arc<str>,
+    /// The index of the step it was logged during, if any.
     pub step: Option<u32>,
+    /// The line's level: `trace`, `debug`, `info`, `warn` or `error`.
     pub level: &'static str,
+    /// The text, cut to the plugin's per-line byte limit.
     pub message: String,
 }
 
@@ -214,10 +246,12 @@ impl EventSink {
         self.pending.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Queues `event` for the run's next transition.
     pub fn push(&self, event: crate::types::NewEvent) {
         self.lock().push(Pending::Event(event));
     }
 
+    /// Queues a plugin's log line, to be stored as a `plugin.log` event.
     pub fn log(&self, line: LogLine) {
         self.lock().push(Pending::Log(line));
     }

@@ -30,10 +30,13 @@ pub struct Prune {
 /// One run pruned (or, in a dry run, that would be).
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct PrunedRun {
+    /// The run's id.
     pub id: String,
+    /// The status it finished with.
     pub status: RunStatus,
     /// When it finished (ms since the epoch).
     pub finished_at: i64,
+    /// How many events its journal held.
     pub events: u64,
     /// The file it was exported to.
     pub export: Option<PathBuf>,
@@ -50,19 +53,28 @@ pub struct Summary {
     pub skipped: u64,
 }
 
+/// Why a prune stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum PruneError {
+    /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The export folder could not be created, so nothing was pruned.
     #[error("cannot create the export folder {path}: {source}; nothing was pruned")]
     ExportDir {
+        /// The folder.
         path: PathBuf,
+        /// Why creating it failed.
         source: std::io::Error,
     },
+    /// A run could not be exported; it and the runs after it were kept.
     #[error("exporting run {run} to {path}: {source}; it and the runs after it were kept")]
     Export {
+        /// The run's id.
         run: String,
+        /// The file it was being written to.
         path: PathBuf,
+        /// Why writing it failed.
         source: std::io::Error,
     },
 }
@@ -165,7 +177,9 @@ async fn export_one(
 pub struct Schedule {
     /// How long a run is kept after it finished.
     pub keep: Duration,
+    /// Only runs with these statuses (every finished status when empty).
     pub statuses: Vec<RunStatus>,
+    /// Export each run here before removing it.
     pub export_dir: Option<PathBuf>,
     /// How often to prune; the first time is at start.
     pub every: Duration,

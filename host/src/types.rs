@@ -10,14 +10,21 @@ use keel_vocab::spelled_enum;
 pub use keel_vocab::{Effect, ObservationKind, ToolSpec};
 
 spelled_enum! {
+    /// Where a run is in its life; `completed`, `failed` and `cancelled` are
+    /// final.
     pub enum RunStatus {
+        /// The run goes on: a driver holds it or will take it up.
         Running = "running",
+        /// Paused until an operator answers its pending approval.
         WaitingForApproval = "waiting_for_approval",
         /// Set aside until its model server is back (`reason` says why,
         /// `retry_at` when to try again); `resume` continues it.
         Parked = "parked",
+        /// The agent completed it; `result` holds its JSON result.
         Completed = "completed",
+        /// It ended in failure; `reason` says why and `result` holds the error.
         Failed = "failed",
+        /// An operator cancelled it.
         Cancelled = "cancelled",
     }
 }
@@ -25,19 +32,34 @@ spelled_enum! {
 spelled_enum! {
     /// Why a run is where it is: why it ended, or why it is parked.
     pub enum RunReason {
+        /// The agent completed the run.
         Completed = "completed",
+        /// The agent decided to fail the run (a `fail` decision).
         AgentFailed = "agent_failed",
+        /// The agent's call returned an error instead of a decision.
         AgentError = "agent_error",
+        /// The agent's plugin instance trapped.
         AgentTrapped = "agent_trapped",
+        /// The policy's verdict was `abort`.
         PolicyAbort = "policy_abort",
+        /// The policy's call returned an error instead of a verdict.
         PolicyError = "policy_error",
+        /// The policy's plugin instance trapped.
         PolicyTrapped = "policy_trapped",
+        /// An operator cancelled the run.
         OperatorCancelled = "operator_cancelled",
+        /// The run reached its `max_steps`.
         LimitSteps = "limit_steps",
+        /// `max_consecutive_failures` steps in a row failed.
         LimitConsecutiveFailures = "limit_consecutive_failures",
+        /// The same call got the same result `max_identical_calls` times in a
+        /// row.
         LimitIdenticalCalls = "limit_identical_calls",
+        /// The run passed its wall-clock deadline (`deadline_ms`).
         LimitDeadline = "limit_deadline",
+        /// The run used up its `max_model_calls`.
         LimitModelCalls = "limit_model_calls",
+        /// The run used up its `max_tokens`.
         LimitTokens = "limit_tokens",
         /// Parked: the model server stayed unavailable through the retries.
         ModelUnavailable = "model_unavailable",
@@ -50,32 +72,63 @@ spelled_enum! {
 spelled_enum! {
     /// What an event in a run's journal records.
     pub enum EventKind {
+        /// The run was created; the data holds its goal and limits.
         RunStarted = "run.started",
+        /// The run paused on an approval.
         RunPaused = "run.paused",
+        /// The run went on after its approval was answered, or after being
+        /// parked.
         RunResumed = "run.resumed",
+        /// The run was parked while its model server is down; the data holds
+        /// the error and `retry_at`.
         RunParked = "run.parked",
+        /// The run completed.
         RunCompleted = "run.completed",
+        /// The run failed; the data holds its reason and error.
         RunFailed = "run.failed",
+        /// An operator cancelled the run; the data says who.
         RunCancelled = "run.cancelled",
+        /// A step started.
         StepStarted = "step.started",
+        /// The agent's decision for a step was recorded, as it gave it.
         StepDecided = "step.decided",
+        /// The verdict on a step's call was recorded.
         StepVerdict = "step.verdict",
+        /// A step's tool is about to run.
         StepExecuting = "step.executing",
+        /// A step's tool was found running after a crash, or the run was
+        /// cancelled while it ran.
         StepInterrupted = "step.interrupted",
+        /// A step finished; the data holds its observation.
         StepDone = "step.done",
+        /// An approval was asked for; the data holds its id, kind and reason.
         ApprovalRequested = "approval.requested",
+        /// An operator approved a pending approval; the data says who, with
+        /// any note.
         ApprovalApproved = "approval.approved",
+        /// An operator denied a pending approval; the data says who, with any
+        /// note.
         ApprovalDenied = "approval.denied",
+        /// An approval expired unanswered, and its step closed as denied.
         ApprovalExpired = "approval.expired",
+        /// A pending approval was closed because the run was cancelled.
         ApprovalCancelled = "approval.cancelled",
+        /// A driver took the run's lease from another holder; the data says
+        /// from whom and why.
         LeaseTakenOver = "lease.taken_over",
+        /// A model call was made or refused, with its tokens, outcome and
+        /// latency.
         ModelCalled = "model.called",
+        /// A plugin logged a line.
         PluginLog = "plugin.log",
+        /// A plugin call logged more lines than its limit; the data says how
+        /// many were dropped.
         PluginLogsDropped = "plugin.logs_dropped",
     }
 }
 
 impl RunStatus {
+    /// Whether the run has ended: completed, failed or cancelled.
     pub fn is_terminal(self) -> bool {
         matches!(
             self,
@@ -85,28 +138,48 @@ impl RunStatus {
 }
 
 spelled_enum! {
+    /// Where a step is in its life, from `started` to `done`.
     pub enum StepState {
+        /// The step exists; the agent has not decided yet.
         Started = "started",
+        /// The agent's call is recorded and valid; the policy has not judged it
+        /// yet.
         Decided = "decided",
+        /// The policy or the operator's config asked for approval; the run is
+        /// paused.
         AwaitingApproval = "awaiting_approval",
+        /// The tool is running (written before it starts).
         Executing = "executing",
+        /// Finished; the observation is final.
         Done = "done",
+        /// Found `executing` after a crash or a cancel: the tool may or may not
+        /// have run.
         Interrupted = "interrupted",
     }
 }
 
 spelled_enum! {
+    /// Why an approval exists.
     pub enum ApprovalKind {
+        /// The policy returned `require_approval`, or the operator's config
+        /// requires approval for the tool.
         Policy = "policy",
+        /// A side-effecting tool was interrupted by a crash and must not run
+        /// again without an operator's word.
         InterruptedSideEffect = "interrupted_side_effect",
     }
 }
 
 spelled_enum! {
+    /// Whether an approval still waits for an answer, and how it was closed.
     pub enum ApprovalStatus {
+        /// Waiting for an operator's answer.
         Pending = "pending",
+        /// An operator approved the call; the run goes on to run it.
         Approved = "approved",
+        /// An operator denied the call; the step closes as denied.
         Denied = "denied",
+        /// Nobody answered before `expires_at`; the step closes as denied.
         Expired = "expired",
         /// Closed unanswered because the run was cancelled.
         Cancelled = "cancelled",
@@ -117,7 +190,9 @@ spelled_enum! {
 /// gave it inside a decision, canonical once validated.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ToolCall {
+    /// The name of the tool to run, as its `ToolSpec` names it.
     pub tool: String,
+    /// The arguments object, as JSON text.
     pub arguments: String,
 }
 
@@ -125,32 +200,46 @@ pub struct ToolCall {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Decision {
+    /// Run this tool; an unknown tool or arguments that fail its schema become
+    /// an `invalid_decision` observation.
     Call(ToolCall),
     /// JSON text of the run's result.
     Complete(String),
+    /// End the run as failed (`agent_failed`), with this reason.
     Fail(String),
     /// The agent could not produce a usable decision this time.
     Invalid(String),
 }
 
+/// What a policy shows an operator when it asks for approval.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ApprovalRequest {
+    /// Why approval is needed, in words.
     pub reason: String,
     /// JSON text shown beside the call.
     pub presentation: String,
 }
 
+/// A policy's judgement of one tool call.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
+    /// Run the call.
     Allow,
+    /// Do not run it; the agent sees this reason as the step's `denied`
+    /// observation.
     Deny(String),
+    /// Pause the run until an operator approves or denies the call.
     RequireApproval(ApprovalRequest),
+    /// End the run as failed (`policy_abort`), with this reason.
     Abort(String),
 }
 
+/// What a step ended with, which the agent sees on later steps.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Observation {
+    /// What the content reports: a tool's result or error, a denial, an invalid
+    /// decision, or the run's end.
     pub kind: ObservationKind,
     /// JSON text.
     pub content: String,
@@ -171,17 +260,26 @@ impl Observation {
 /// One step as stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Step {
+    /// The step's 0-based position in the run.
     pub index: u32,
+    /// Starts at 1 and grows by one with every stored change of the step.
     pub version: u32,
+    /// Where the step is in its life.
     pub state: StepState,
+    /// The agent's decision as it gave it, once it decided.
     pub decision: Option<Decision>,
     /// The validated call (canonical arguments) and its tool's effect, once
     /// the decision was found valid.
     pub call: Option<ToolCall>,
+    /// What the called tool may do to the world, set with `call`.
     pub effect: Option<Effect>,
+    /// The verdict on the call, once the policy judged it.
     pub verdict: Option<Verdict>,
+    /// What the step ended with, once it is done.
     pub observation: Option<Observation>,
+    /// When the step started, in ms since the epoch.
     pub started_at: i64,
+    /// When the step last changed, in ms since the epoch.
     pub updated_at: i64,
 }
 
@@ -206,20 +304,35 @@ impl Step {
 /// An operator's decision point.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Approval {
+    /// The approval's id, `appr_` followed by hex digits.
     pub id: String,
+    /// The id of the run it belongs to.
     pub run_id: String,
+    /// The index of the step that waits on it.
     pub step_index: u32,
+    /// Why it was asked for.
     pub kind: ApprovalKind,
+    /// Whether it is pending, or how it was closed.
     pub status: ApprovalStatus,
+    /// The call it lets run once approved, with canonical arguments.
     pub call: ToolCall,
+    /// Why approval is needed, in words, from the policy or the host.
     pub reason: String,
+    /// JSON text shown beside the call.
     pub presentation: String,
     /// sha256 over exactly what the operator is shown.
     pub hash: String,
+    /// When it was asked for, in ms since the epoch.
     pub created_at: i64,
+    /// When it expires unanswered, in ms since the epoch; `None` when the run's
+    /// limits set no `approval_ttl_ms`.
     pub expires_at: Option<i64>,
+    /// Who approved or denied it, or who cancelled the run; `None` while
+    /// pending or once expired.
     pub decided_by: Option<String>,
+    /// The note given with the answer, if any.
     pub note: Option<String>,
+    /// When it was answered, expired or cancelled, in ms since the epoch.
     pub decided_at: Option<i64>,
     /// The run's chain head when the approval was asked for; its hash
     /// covers it (`None` for approvals asked for before the chain).
@@ -242,7 +355,11 @@ pub const DEFAULT_RUN_DEADLINE_MS: u64 = 24 * 60 * 60 * 1000;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Limits {
+    /// The most steps the run may have; reaching it ends the run
+    /// (`limit_steps`).
     pub max_steps: u32,
+    /// How many failed steps in a row end the run
+    /// (`limit_consecutive_failures`); 0 means no limit.
     pub max_consecutive_failures: u32,
     /// A call with the same tool, arguments and result this many times in a
     /// row ends the run.
@@ -251,7 +368,11 @@ pub struct Limits {
     /// paused for approvals included. Every run has one: by default
     /// [`DEFAULT_RUN_DEADLINE_MS`] (24 hours).
     pub deadline_ms: Option<u64>,
+    /// The most model calls the run may make; once reached, calls are refused
+    /// and the run ends (`limit_model_calls`).
     pub max_model_calls: u32,
+    /// The most prompt and completion tokens the run may use; once reached,
+    /// calls are refused and the run ends (`limit_tokens`).
     pub max_tokens: u64,
     /// How long an approval stays pending before it expires, in milliseconds.
     pub approval_ttl_ms: Option<u64>,
@@ -274,28 +395,41 @@ impl Default for Limits {
 /// A run as stored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Run {
+    /// The run's id, `run_` followed by hex digits.
     pub id: String,
+    /// What the run was asked to do, as given (at most [`MAX_GOAL_BYTES`]).
     pub goal: String,
+    /// Where the run is in its life.
     pub status: RunStatus,
     /// Why a terminal run ended, or why it is parked.
     pub reason: Option<RunReason>,
     /// JSON text of the result of a completed run.
     pub result: Option<String>,
+    /// The limits the run was started with.
     pub limits: Limits,
     /// Opaque JSON the embedder stored with the run (the CLI keeps the config
     /// path here so that `resume` can rebuild the consumers).
     pub meta: String,
+    /// How many steps the run has, the one being worked on included.
     pub step_count: u32,
+    /// Model calls charged to the run so far.
     pub model_calls: u32,
+    /// Prompt and completion tokens charged to the run so far.
     pub tokens: u64,
+    /// How many steps in a row have failed (invalid decision, denial, tool
+    /// error); a tool's success resets it.
     pub consecutive_failures: u32,
+    /// The driver that holds the run's lease (`ID@HOST:PID:START`), if any.
     pub lease_owner: Option<String>,
+    /// When that lease runs out, in ms since the epoch.
     pub lease_expires: Option<i64>,
     /// When a parked run is worth trying again (ms since the epoch); set
     /// only while the run is parked.
     #[serde(default)]
     pub retry_at: Option<i64>,
+    /// When the run was created, in ms since the epoch.
     pub created_at: i64,
+    /// When the run row last changed, in ms since the epoch.
     pub updated_at: i64,
     /// How many events the run's journal holds: the position of its
     /// newest event in the run's hash chain (`store::chain`).
@@ -340,12 +474,17 @@ impl Run {
 /// An event about to be inserted with its transition.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewEvent {
+    /// The step the event is about; `None` for an event about the whole run.
     pub step_index: Option<u32>,
+    /// What the event records.
     pub kind: EventKind,
+    /// The event's details, a JSON value whose shape depends on `kind`.
     pub data: serde_json::Value,
 }
 
 impl NewEvent {
+    /// An event of `kind` about step `step_index` (or the whole run), with
+    /// `data`.
     pub fn new(kind: EventKind, step_index: Option<u32>, data: serde_json::Value) -> NewEvent {
         NewEvent {
             step_index,
@@ -358,13 +497,21 @@ impl NewEvent {
 /// One call to the model provider, as accounted.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelCallRecord {
+    /// The step whose decision made the call.
     pub step_index: u32,
+    /// The provider's short name (`stub`, `openai`, `replay`).
     pub provider: String,
+    /// Tokens in the prompt, as the provider reported; 0 unless the call
+    /// succeeded.
     pub prompt_tokens: u32,
+    /// Tokens in the reply, as the provider reported; 0 unless the call
+    /// succeeded.
     pub completion_tokens: u32,
     /// `ok`, `error` or `refused_limit`.
     pub outcome: &'static str,
+    /// What went wrong, when the outcome is not `ok`.
     pub error: Option<String>,
+    /// How long the attempt took, in milliseconds (0 when refused).
     pub latency_ms: u64,
 }
 

@@ -35,10 +35,21 @@ enum Record {
 /// Why an export file cannot be read back.
 #[derive(Debug, thiserror::Error)]
 pub enum ExportError {
+    /// A line that is not a record of the format, or not in its place.
     #[error("line {line}: {why}")]
-    Line { line: usize, why: String },
+    Line {
+        /// The line's number, counted from 1.
+        line: usize,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// The file ends before its end record.
     #[error("the file ends after line {lines} without its end record: it was truncated")]
-    Truncated { lines: usize },
+    Truncated {
+        /// How many whole lines it holds.
+        lines: usize,
+    },
+    /// The file could not be read.
     #[error("reading the file: {0}")]
     Io(#[from] std::io::Error),
 }

@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 /// A run whose journal holds.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Verified {
+    /// The run's id.
     pub run_id: String,
     /// How many events its chain holds.
     pub events: u64,
@@ -40,6 +41,8 @@ pub enum Problem {
 }
 
 impl Problem {
+    /// The problem's snake_case name, as a break's message and JSON give it
+    /// (`edited`, `run_row`).
     pub fn as_str(self) -> &'static str {
         match self {
             Problem::Edited => "edited",
@@ -57,12 +60,15 @@ impl Problem {
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, thiserror::Error)]
 #[error("run {run_id}: {}{}: {detail}", problem.as_str(), at(*seq, *pos))]
 pub struct Break {
+    /// The run whose journal breaks.
     pub run_id: String,
     /// The number of the event where it breaks, if at an event.
     pub seq: Option<i64>,
     /// Its position in the run's chain.
     pub pos: Option<i64>,
+    /// What is wrong there.
     pub problem: Problem,
+    /// What was found, in words.
     pub detail: String,
 }
 

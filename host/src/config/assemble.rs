@@ -17,17 +17,24 @@ use std::time::Duration;
 
 /// Everything loaded from a config, ready to build consumers for runs.
 pub struct Assembly {
+    /// The process's wasm engine, shared by every run.
     pub host: Arc<WasmHost>,
+    /// The agent component, loaded and checked.
     pub agent: Arc<Plugin>,
+    /// The policy component, loaded and checked.
     pub policy: Arc<Plugin>,
     /// One per `[[tools]]` entry, in order.
     pub tools: Vec<ToolSource>,
+    /// Where the runs' model calls go.
     pub provider: Arc<dyn ModelProvider>,
+    /// The config this was assembled from.
     pub config: Config,
 }
 
 /// Where a `[[tools]]` entry's tools come from.
 pub enum ToolSource {
+    /// A wasm component, instantiated per call (or once per run when
+    /// `stateful`).
     Wasm(Arc<Plugin>),
     /// Started when the first run starts, shared by the runs after it.
     Mcp(Arc<McpServer>),

@@ -11,6 +11,8 @@ use crate::wasm::PluginLimits;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
+/// A parsed `keel.toml`: the store, engine, model, plugins, tools and limits
+/// that runs started with it use.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
@@ -18,14 +20,25 @@ pub struct Config {
     /// `postgres://` URL.
     #[serde(default = "default_store")]
     pub store: String,
+    /// The `[engine]` section: how the wasm engine pools, caches and bounds
+    /// plugin instances.
     #[serde(default)]
     pub engine: EngineConfig,
+    /// The `[model]` section: the provider that answers the agent's model calls
+    /// (default: `stub`).
     #[serde(default)]
     pub model: ModelConfig,
+    /// The `[limits]` section: each run's bounds on steps, failures, model calls,
+    /// tokens and time.
     #[serde(default)]
     pub limits: Limits,
+    /// The `[agent]` section: the component that decides each step (required).
     pub agent: PluginConfig,
+    /// The `[policy]` section: the component that judges each tool call
+    /// (required).
     pub policy: PluginConfig,
+    /// The `[[tools]]` entries: wasm components or MCP servers whose tools the
+    /// agent may call (none by default).
     #[serde(default)]
     pub tools: Vec<ToolConfig>,
     /// How `keel serve` serves, when started with this config.
@@ -92,12 +105,18 @@ fn default_store() -> String {
     "keel.db".to_string()
 }
 
+/// The `[engine]` section: how the process's wasm engine allocates, caches
+/// and bounds plugin instances.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct EngineConfig {
     /// Compiled components are cached here (relative to the config file).
     pub cache_dir: Option<PathBuf>,
+    /// Use the pooling instance allocator, which instantiates from reused
+    /// slots (default `true`).
     pub pooling: bool,
+    /// Instances the pool holds at once, agents, policies and running tools
+    /// together (default 1000).
     pub max_instances: u32,
     /// Wasm stack per call in bytes (engine-wide).
     pub max_wasm_stack: usize,
@@ -125,13 +144,17 @@ impl Default for EngineConfig {
     }
 }
 
+/// The `[model]` section, chosen by its `provider` key: `stub`, `openai` or
+/// `replay`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, tag = "provider", rename_all = "lowercase")]
 pub enum ModelConfig {
     /// Deterministic answers after `latency_ms`.
     Stub {
+        /// How long each answer takes, in ms (default 0).
         #[serde(default)]
         latency_ms: u64,
+        /// The text of the final answer (default `done`).
         #[serde(default = "default_answer")]
         answer: String,
         /// A tool call to answer with `times` times before the final answer.
@@ -139,7 +162,10 @@ pub enum ModelConfig {
     },
     /// An OpenAI-compatible chat-completions server.
     Openai {
+        /// The server's URL up to and including `/v1`, e.g.
+        /// `http://127.0.0.1:8080/v1`.
         base_url: String,
+        /// The model name sent with every request.
         model: String,
         /// The name of the environment variable holding the API key; the key
         /// itself is never written to the config or the store.
@@ -157,6 +183,8 @@ pub enum ModelConfig {
         /// A stricter server's rules: `max_tokens_field`, `tool_call_ids`.
         #[serde(default)]
         profile: crate::model::openai::Profile,
+        /// The largest response body read from the server, in bytes (default
+        /// 4 MiB).
         #[serde(default = "default_max_response")]
         max_response_bytes: usize,
     },
@@ -165,7 +193,10 @@ pub enum ModelConfig {
     /// With `record` (an `openai` or `stub` table), calls go there instead
     /// and every exchange is appended to `file`.
     Replay {
+        /// The recording (relative to the config file): replayed from, or appended
+        /// to when `record` is set.
         file: PathBuf,
+        /// The provider to record from; without it the file is replayed.
         record: Option<Box<ModelConfig>>,
     },
 }
@@ -174,7 +205,9 @@ pub enum ModelConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StubToolCall {
+    /// The name of the tool to call.
     pub tool: String,
+    /// The call's arguments as a JSON object (default `{}`).
     #[serde(default = "empty_object")]
     pub arguments: serde_json::Value,
     /// Answers with the call while the conversation holds fewer tool results.
@@ -212,6 +245,8 @@ impl Default for ModelConfig {
     }
 }
 
+/// The `[agent]` or `[policy]` section: the component, its expected hash,
+/// its own config and its limits.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PluginConfig {
@@ -222,6 +257,7 @@ pub struct PluginConfig {
     /// The plugin's own config, handed to its `init` as JSON.
     #[serde(default = "empty_object")]
     pub config: serde_json::Value,
+    /// This plugin's per-call bounds on fuel, time, memory, output and logs.
     #[serde(default)]
     pub limits: PluginLimits,
 }
@@ -230,6 +266,8 @@ fn empty_object() -> serde_json::Value {
     serde_json::Value::Object(Default::default())
 }
 
+/// One `[[tools]]` entry: a wasm component or an MCP server, with what its
+/// tools are granted, their effects and their approval rules.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ToolConfig {
@@ -249,14 +287,20 @@ pub struct ToolConfig {
     /// start, or at the call) or `drop` the tools that changed.
     #[serde(default)]
     pub on_pin_mismatch: PinMismatch,
+    /// For `component`: refuse to run unless the component's sha256 is this.
     pub sha256: Option<String>,
+    /// For `component`: the tool's own config, handed to its `init` as JSON
+    /// (default `{}`).
     #[serde(default = "empty_object")]
     pub config: serde_json::Value,
+    /// Per-call bounds on the tool; an `mcp` entry uses `deadline_ms` and
+    /// `max_output_bytes`.
     #[serde(default)]
     pub limits: PluginLimits,
     /// Keep one instance for the whole run instead of a fresh one per call.
     #[serde(default)]
     pub stateful: bool,
+    /// For `component`: the WASI capabilities the tool gets (none by default).
     #[serde(default)]
     pub grant: Grant,
     /// The effect of named tools of this component, whatever its `specs()`
@@ -279,8 +323,8 @@ pub struct McpSource {
     /// a relative path is relative to the config file.
     #[serde(default)]
     pub command: Vec<String>,
-    /// Variables the server gets besides `PATH`, `HOME`, `LANG` and
-    /// `TMPDIR` (nothing else of Keel's environment is passed).
+    /// Variables the server gets besides `PATH`, `HOME`, `LANG`, `TMPDIR`
+    /// and `USER` (nothing else of Keel's environment is passed).
     #[serde(default)]
     pub env: std::collections::BTreeMap<String, String>,
     /// The server's working directory (relative to the config file).
@@ -300,8 +344,11 @@ fn default_mcp_start() -> u64 {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum PinMismatch {
+    /// The default: the run fails, at start (exit 2, nothing run) or at the
+    /// call of a tool that changed.
     #[default]
     Fail,
+    /// The tools that changed are left out and the run goes on without them.
     Drop,
 }
 
@@ -309,15 +356,20 @@ pub enum PinMismatch {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Grant {
+    /// Host directories the tool may open, each seen at a guest path.
     #[serde(default)]
     pub dirs: Vec<DirGrant>,
     /// Environment variables passed through by name.
     #[serde(default)]
     pub env: Vec<String>,
+    /// Whether the tool may use the network: TCP connect and listen, UDP and
+    /// name lookup (default `false`).
     #[serde(default)]
     pub network: bool,
 }
 
+/// One directory granted to a tool: `{ host = "w", guest = "/workspace",
+/// mode = "rw" }`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DirGrant {
@@ -325,31 +377,47 @@ pub struct DirGrant {
     pub host: PathBuf,
     /// Where the tool sees it.
     pub guest: String,
+    /// Whether the tool may only read the directory (`ro`, the default) or
+    /// also write to it (`rw`).
     #[serde(default)]
     pub mode: DirMode,
 }
 
+/// What a tool may do in a granted directory.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DirMode {
+    /// Read only (the default).
     #[default]
     Ro,
+    /// Read and write.
     Rw,
 }
 
 /// A config that cannot be used, with where and why.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    /// The file could not be read.
     #[error("{path}: cannot read the config")]
     Read {
+        /// The config file's path.
         path: String,
+        /// Why reading it failed.
         source: std::io::Error,
     },
+    /// The file is not valid TOML, has an unknown key or a wrong type, or
+    /// fails a check of its values.
     #[error("{path}: {message}")]
-    Invalid { path: String, message: String },
+    Invalid {
+        /// The config file's path.
+        path: String,
+        /// What is wrong, and where when the TOML parser says.
+        message: String,
+    },
 }
 
 impl Config {
+    /// Reads the config file at `path`, then parses and checks it.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let p = path.display().to_string();
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
@@ -359,6 +427,8 @@ impl Config {
         Config::parse(&text, path)
     }
 
+    /// Parses and checks `text` as the config file at `path`, against whose
+    /// folder its relative paths are resolved.
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         let p = path.display().to_string();
         let mut cfg: Config = toml::from_str(text).map_err(|e| ConfigError::Invalid {

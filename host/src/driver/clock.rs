@@ -2,6 +2,7 @@
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
+/// Where the driver reads the current time from.
 pub trait Clock: Send + Sync {
     /// Milliseconds since the Unix epoch.
     fn now_ms(&self) -> i64;
@@ -26,6 +27,7 @@ pub struct StepClock {
 }
 
 impl StepClock {
+    /// A clock whose first reading is `start` ms, each later one `step` ms more.
     pub fn new(start: i64, step: i64) -> StepClock {
         StepClock {
             now: AtomicI64::new(start),
@@ -44,6 +46,7 @@ impl Clock for StepClock {
     }
 }
 
+/// Where the driver gets new run, lease and approval ids from.
 pub trait Ids: Send + Sync {
     /// A new unique id starting with `prefix`.
     fn next(&self, prefix: &str) -> String;
@@ -112,6 +115,7 @@ fn seed() -> u64 {
 pub struct SeqIds(AtomicU64);
 
 impl SeqIds {
+    /// A generator whose first id ends in `_1`.
     pub fn new() -> SeqIds {
         SeqIds(AtomicU64::new(0))
     }

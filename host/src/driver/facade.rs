@@ -12,9 +12,13 @@ use std::sync::Arc;
 /// Everything stored about one run, as `keel show` prints it.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct RunDetail {
+    /// The run's current record.
     pub run: Run,
+    /// The run's steps, as the store returns them.
     pub steps: Vec<Step>,
+    /// Every approval the run asked for, whatever its status.
     pub approvals: Vec<Approval>,
+    /// The model calls made during the run, every attempt, in order.
     pub model_calls: Vec<StoredModelCall>,
 }
 
@@ -46,6 +50,7 @@ impl Operator {
         }
     }
 
+    /// Uses `clock` instead of the wall clock to time decisions and cancels.
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Operator {
         self.clock = clock;
         self
@@ -64,6 +69,7 @@ impl Operator {
         self.reader.list_runs(status, limit).await
     }
 
+    /// The run with id `run_id`, or [`StoreError::RunNotFound`].
     pub async fn run(&self, run_id: &str) -> Result<Run, StoreError> {
         self.reader.run(run_id).await
     }

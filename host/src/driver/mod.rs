@@ -128,21 +128,32 @@ impl ConsumersBuilder {
 /// Where a loop left its run.
 #[derive(Debug, Clone)]
 pub struct Outcome {
+    /// The run as the loop last stored it.
     pub run: Run,
     /// The approval the run waits for, when it paused.
     pub pending: Option<Approval>,
 }
 
+/// Why a loop could not start, resume or go on driving a run.
 #[derive(Debug, thiserror::Error)]
 pub enum DriverError {
+    /// The store failed or refused a read or a transition.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The run had already ended when the loop tried to take its lease.
     #[error("run {0} is {1}: there is nothing to resume")]
     Terminal(String, RunStatus),
+    /// A stored approval no longer matches its hash or its step's call; the run is left paused.
     #[error(
         "approval {id} does not match what was shown to the operator ({why}); the run stays paused"
     )]
-    Tampered { id: String, why: String },
+    Tampered {
+        /// The approval's id.
+        id: String,
+        /// Which check failed.
+        why: String,
+    },
+    /// The input, or the stored run, is something the loop cannot act on (meta that is not JSON, a step without a call).
     #[error("{0}")]
     Invalid(String),
 }
@@ -183,11 +194,13 @@ impl Runtime {
         self.stopping.load(std::sync::atomic::Ordering::SeqCst)
     }
 
+    /// Uses `clock` instead of the wall clock for the runtime's timestamps and lease times.
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
         self
     }
 
+    /// Uses `ids` instead of random ids for new runs, leases and approvals.
     pub fn with_ids(mut self, ids: Arc<dyn Ids>) -> Self {
         self.ids = ids;
         self
@@ -205,6 +218,7 @@ impl Runtime {
         self
     }
 
+    /// Calls `observer` with every event once its transition has committed.
     pub fn with_observer(mut self, observer: Observer) -> Self {
         self.observer = Some(observer);
         self
@@ -228,6 +242,7 @@ impl Runtime {
         self.telemetry.as_ref()
     }
 
+    /// The store this runtime drives runs against.
     pub fn store(&self) -> &Arc<dyn RunStore> {
         &self.store
     }

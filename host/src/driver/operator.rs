@@ -162,7 +162,7 @@ fn again<T>(r: &Result<T, StoreError>) -> bool {
 }
 
 /// Runs `attempt` (read, build the transition, commit) again while its
-/// commit loses the compare-and-set, at most [`ATTEMPTS`] times; then
+/// commit loses the compare-and-set, at most `ATTEMPTS` times; then
 /// `gave_up`. (The async rules loop the same way, without a closure, so
 /// that their futures stay `Send`.)
 pub fn retried_sync<T>(

@@ -49,6 +49,7 @@ pub struct RetryPolicy {
     /// random from its upper half (jitter, so that many runs do not retry
     /// in step).
     pub base: Duration,
+    /// The longest wait between two attempts, before jitter and `Retry-After`.
     pub cap: Duration,
     /// The least wait after a timed-out attempt: the server may still be
     /// working on the abandoned request (a single-slot server queues the
@@ -90,6 +91,7 @@ impl RetryPolicy {
 /// One attempt's result, with what the server said about trying again.
 #[derive(Debug)]
 pub struct Attempt {
+    /// The completion, or why the attempt failed.
     pub result: Result<ModelResponse, ModelError>,
     /// The server's `Retry-After`, when it sent one.
     pub retry_after: Option<Duration>,
@@ -110,6 +112,7 @@ pub trait ModelProvider: Send + Sync {
     fn retry_policy(&self) -> RetryPolicy {
         RetryPolicy::NONE
     }
+    /// One completion of `request`, tried once.
     async fn complete(&self, request: &ModelRequest) -> Result<ModelResponse, ModelError>;
     /// [`ModelProvider::complete`] with the server's retry hints; providers
     /// that have any override it.
@@ -161,14 +164,18 @@ pub struct Outage {
 /// What the gate accumulated since it was last drained.
 #[derive(Debug, Default)]
 pub struct GateDrain {
+    /// One record per attempt (and per first refused call) since the last drain, in order.
     pub records: Vec<ModelCallRecord>,
+    /// The run's model calls so far, counting those from before this gate was armed.
     pub calls: u32,
+    /// The run's prompt and completion tokens so far, counting those from before this gate was armed.
     pub tokens: u64,
     /// `limit_model_calls` or `limit_tokens` when a call was refused.
     pub limit_hit: Option<RunReason>,
 }
 
 impl ModelGate {
+    /// A gate over `provider` with zeroed counters; [`ModelGate::arm`] sets the limits.
     pub fn new(provider: Arc<dyn ModelProvider>) -> ModelGate {
         ModelGate {
             provider,

@@ -12,6 +12,7 @@ use std::time::Duration;
 pub struct OpenAiSettings {
     /// Up to and including `/v1`, e.g. `http://127.0.0.1:8080/v1`.
     pub base_url: String,
+    /// The model name sent in each request's `model` field.
     pub model: String,
     /// The API key, read from the environment by the caller (never stored).
     pub api_key: Option<String>,
@@ -21,6 +22,7 @@ pub struct OpenAiSettings {
     pub max_retries: u32,
     /// No retry starts later than this after the first attempt.
     pub retry_window: Duration,
+    /// The largest response body read, in bytes; a larger one fails the call as permanent.
     pub max_response_bytes: usize,
     /// What this server's stricter rules need.
     pub profile: Profile,
@@ -40,8 +42,10 @@ pub struct Profile {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum MaxTokensField {
+    /// Send the cap as `max_tokens`.
     #[default]
     MaxTokens,
+    /// Send the cap as `max_completion_tokens`.
     MaxCompletionTokens,
 }
 
@@ -51,8 +55,10 @@ pub enum MaxTokensField {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ToolCallIds {
+    /// Send ids unchanged.
     #[default]
     AsIs,
+    /// Send each id as [`alphanumeric9`] of it.
     Alphanumeric9,
 }
 
@@ -67,12 +73,14 @@ pub fn alphanumeric9(id: &str) -> String {
         .collect()
 }
 
+/// A [`ModelProvider`] that calls an OpenAI-compatible `/chat/completions` endpoint.
 pub struct OpenAiProvider {
     settings: OpenAiSettings,
     agent: ureq::Agent,
 }
 
 impl OpenAiProvider {
+    /// A client for `settings`; each attempt is bounded by `settings.timeout`.
     pub fn new(settings: OpenAiSettings) -> OpenAiProvider {
         let agent = ureq::Agent::config_builder()
             .timeout_global(Some(settings.timeout))

@@ -17,6 +17,7 @@ pub fn request_key(r: &ModelRequest) -> String {
     ))
 }
 
+/// A provider that either records another provider's exchanges to a file or answers from such a file.
 pub struct ReplayProvider {
     recorded: Mutex<HashMap<String, VecDeque<serde_json::Value>>>,
     record: Option<(Arc<dyn ModelProvider>, PathBuf)>,

@@ -8,14 +8,18 @@ use std::time::Duration;
 /// while the conversation has fewer than `calls_before_answer` tool results.
 #[derive(Debug, Clone, Default)]
 pub struct StubProvider {
+    /// How long each request waits before it is answered.
     pub latency: Duration,
     /// (tool name, arguments JSON) to call.
     pub tool_call: Option<(String, String)>,
+    /// How many tool results the conversation needs before the stub stops calling `tool_call` and answers.
     pub calls_before_answer: usize,
+    /// The text of the final answer (`done` from [`StubProvider::new`]).
     pub answer: String,
 }
 
 impl StubProvider {
+    /// A stub that waits `latency`, then answers `done` without calling any tool.
     pub fn new(latency: Duration) -> StubProvider {
         StubProvider {
             latency,

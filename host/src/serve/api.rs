@@ -29,6 +29,7 @@ use std::sync::Arc;
 pub struct RunConfig {
     /// The config file, absolute: recorded with the run for its driver.
     pub path: PathBuf,
+    /// The limits every run started with this config gets.
     pub limits: Limits,
 }
 
@@ -51,7 +52,7 @@ pub struct Api {
     pub work: Arc<tokio::sync::Notify>,
 }
 
-/// The name of the server's own config among [`Api::configs`].
+/// The name of the server's own config among `Api::configs`.
 pub const DEFAULT_CONFIG: &str = "default";
 /// The longest note an operator may attach, in bytes.
 pub const MAX_NOTE_BYTES: usize = 4096;

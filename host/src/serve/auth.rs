@@ -19,7 +19,9 @@ pub enum Role {
 /// The caller of a request, as recorded in `by`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Caller {
+    /// The token's name from the tokens file, or [`LOCAL_OPERATOR`] without one.
     pub name: String,
+    /// What the caller may do.
     pub role: Role,
 }
 
@@ -35,11 +37,15 @@ pub const LOCAL_OPERATOR: &str = "local";
 /// The longest token considered (longer ones are refused unhashed).
 const MAX_TOKEN_BYTES: usize = 4096;
 
+/// Why a tokens file could not be loaded: unreadable, malformed, or naming no token.
 #[derive(Debug, thiserror::Error)]
 #[error("{path}:{line}: {why}")]
 pub struct TokensFileError {
+    /// The tokens file.
     pub path: String,
+    /// The 1-based line at fault, or 0 when the file as a whole is.
     pub line: usize,
+    /// What is wrong.
     pub why: String,
 }
 
@@ -101,6 +107,7 @@ impl Tokens {
         Ok(Tokens { entries })
     }
 
+    /// Whether it holds no token, as a parsed file of comments only or [`Tokens::default`] does.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }

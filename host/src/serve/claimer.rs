@@ -73,6 +73,7 @@ pub struct Server {
 }
 
 impl Server {
+    /// A server that drives `rt`'s runs as `opts` says; it claims only at each poll until given [`Server::woken_by`].
     pub fn new(rt: Runtime, opts: ServeOptions) -> Server {
         Server {
             rt,

@@ -8,13 +8,16 @@ use axum::response::{IntoResponse, Response};
 /// An error answered to a client.
 #[derive(Debug)]
 pub struct ApiError {
+    /// The HTTP status of the response.
     pub status: StatusCode,
     /// A stable word clients match on.
     pub code: &'static str,
+    /// What went wrong, for a person to read.
     pub message: String,
 }
 
 impl ApiError {
+    /// An error answered with `status`, `code` and `message`.
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
         ApiError {
             status,
@@ -23,14 +26,17 @@ impl ApiError {
         }
     }
 
+    /// A 400 for a request the API cannot act on as sent.
     pub fn bad_request(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::BAD_REQUEST, "bad_request", message)
     }
 
+    /// A 404 for a run, approval or route that does not exist.
     pub fn not_found(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::NOT_FOUND, "not_found", message)
     }
 
+    /// A 409 for a request the run's current state refuses.
     pub fn conflict(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::CONFLICT, "conflict", message)
     }

@@ -1,7 +1,7 @@
 //! `keel serve`: Keel as a service. A [`Server`] claims and drives every
-//! run that needs a driver; beside it, an HTTP API ([`api`]) starts runs,
+//! run that needs a driver; beside it, an HTTP API (`api`) starts runs,
 //! answers approvals, cancels, streams events and serves the operators'
-//! page, for the callers a tokens file names ([`auth`]).
+//! page, for the callers a tokens file names (`auth`).
 
 mod api;
 mod auth;
@@ -37,13 +37,16 @@ const FOLLOW_POLL: Duration = Duration::from_millis(100);
 
 /// The HTTP side of a service.
 pub struct Web {
+    /// The bound socket the API accepts connections on.
     pub listener: tokio::net::TcpListener,
+    /// Connection limits and timeouts of the listener.
     pub http: HttpOptions,
     /// `None`: no tokens file (the listener must be on loopback).
     pub tokens: Option<Tokens>,
     /// Configs clients may start runs with, by name ([`DEFAULT_CONFIG`]
     /// is the server's own).
     pub configs: BTreeMap<String, RunConfig>,
+    /// The largest request body accepted, in bytes ([`DEFAULT_MAX_BODY`] by default).
     pub max_body: usize,
 }
 

@@ -86,11 +86,15 @@ pub fn genesis(run_id: &str, goal: &str, created_at: i64) -> String {
 pub struct Link<'a> {
     /// 1 for a run's first event, one more for each next.
     pub pos: i64,
+    /// The run whose chain the event is in.
     pub run_id: &'a str,
+    /// The step the event is about, if any (its `step_idx` column).
     pub step_index: Option<i64>,
+    /// The event's kind as stored, such as `step.started`.
     pub kind: &'a str,
     /// The event's data as stored (JSON text).
     pub data: &'a str,
+    /// When the event was written (ms since the epoch).
     pub at: i64,
     /// The seals the event carries, as stored, if any.
     pub seals: Option<&'a str>,
@@ -246,8 +250,13 @@ impl Seals {
 /// chain length and head.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Backfill {
+    /// For each event: its number (`seq`), its position in the chain, the seals it
+    /// carries (the last event only) and its hash.
     pub events: Vec<(i64, i64, Option<String>, String)>,
+    /// The run row's new `chain_len`: how many events were linked.
     pub len: u64,
+    /// The run row's new `chain_head`: the last event's hash, or the run's
+    /// [`genesis`] when it has no events.
     pub head: String,
 }
 

@@ -9,22 +9,39 @@ use crate::types::*;
 /// The columns of one `steps` row.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct StepRow {
+    /// `run_id`: the id of the run the step belongs to.
     pub run_id: String,
+    /// `idx`: the step's index in its run, from 0.
     pub idx: i64,
+    /// `version`: 1 when the step starts, one more with each change to it.
     pub version: i64,
+    /// `state`: the step's state, spelled (`started`, `awaiting_approval`, ...).
     pub state: String,
+    /// `decision`: the agent's decision as JSON text, once it has decided.
     pub decision: Option<String>,
+    /// `call_tool`: the validated call's tool; set exactly when `call_args` is.
     pub call_tool: Option<String>,
+    /// `call_args`: the validated call's arguments as canonical JSON text; set
+    /// exactly when `call_tool` is.
     pub call_args: Option<String>,
+    /// `effect`: the called tool's effect, spelled (such as `local-mutation`).
     pub effect: Option<String>,
+    /// `verdict`: the policy's verdict on the call as JSON text.
     pub verdict: Option<String>,
+    /// `obs_kind`: the observation's kind, spelled (such as `denied`); set exactly
+    /// when `obs_content` is.
     pub obs_kind: Option<String>,
+    /// `obs_content`: the observation's content as JSON text; set exactly when
+    /// `obs_kind` is.
     pub obs_content: Option<String>,
+    /// `started_at`: when the step started (ms since the epoch).
     pub started_at: i64,
+    /// `updated_at`: when the step last changed (ms since the epoch).
     pub updated_at: i64,
 }
 
 impl StepRow {
+    /// The row that stores step `s` of run `run_id`.
     pub fn encode(run_id: &str, s: &Step) -> StepRow {
         StepRow {
             run_id: run_id.to_string(),
@@ -43,6 +60,8 @@ impl StepRow {
         }
     }
 
+    /// The step this row stores; [`StoreError::BadRow`] when a column does not
+    /// parse or only half of a column pair is set.
     pub fn decode(&self) -> Result<Step, StoreError> {
         let bad = |what: &str, e: String| {
             StoreError::BadRow(format!(
@@ -104,27 +123,48 @@ impl StepRow {
 /// The columns of one `approvals` row.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ApprovalRow {
+    /// `id`: the approval's id.
     pub id: String,
+    /// `run_id`: the id of the run that asked for it.
     pub run_id: String,
+    /// `step_idx`: the index of the step that waits on it.
     pub step_idx: i64,
+    /// `kind`: why it was asked for, spelled (`policy` or `interrupted_side_effect`).
     pub kind: String,
+    /// `status`: spelled (`pending`, `approved`, `denied`, `expired` or `cancelled`).
     pub status: String,
+    /// `tool`: the tool the call waiting for approval would run.
     pub tool: String,
+    /// `arguments`: that call's arguments as canonical JSON text.
     pub arguments: String,
+    /// `reason`: why approval is needed, as plain text.
     pub reason: String,
+    /// `presentation`: JSON text shown to the operator beside the call.
     pub presentation: String,
+    /// `hash`: the SHA-256 over exactly what the operator is shown.
     pub hash: String,
+    /// `created_at`: when approval was asked for (ms since the epoch).
     pub created_at: i64,
+    /// `expires_at`: when a pending approval expires (ms since the epoch); `None`
+    /// when it never does.
     pub expires_at: Option<i64>,
+    /// `decided_by`: who decided it; `None` until it is decided.
     pub decided_by: Option<String>,
+    /// `note`: the note the decider left with the decision, if any.
     pub note: Option<String>,
+    /// `decided_at`: when it was decided (ms since the epoch); `None` until then.
     pub decided_at: Option<i64>,
+    /// `chain_head`: the run's chain head when approval was asked for; `None` for
+    /// approvals asked for before the chain existed.
     pub chain_head: Option<String>,
+    /// `tool_pin`: for an MCP tool, the pin of its server's tools when approval
+    /// was asked for; `None` otherwise.
     #[serde(default)]
     pub tool_pin: Option<String>,
 }
 
 impl ApprovalRow {
+    /// The row that stores `a`.
     pub fn encode(a: &Approval) -> ApprovalRow {
         ApprovalRow {
             id: a.id.clone(),
@@ -147,6 +187,8 @@ impl ApprovalRow {
         }
     }
 
+    /// The approval this row stores; [`StoreError::BadRow`] when a column does
+    /// not parse.
     pub fn decode(&self) -> Result<Approval, StoreError> {
         let bad = |what: &str, e: String| {
             StoreError::BadRow(format!("approval {}: {what}: {e}", self.id))
@@ -178,8 +220,11 @@ impl ApprovalRow {
 /// An event whose data is already JSON text, linked into its run's chain.
 #[derive(Debug, Clone)]
 pub struct EncodedEvent {
+    /// The step the event is about, if any.
     pub step_index: Option<u32>,
+    /// The event kind's spelling, such as `step.started`.
     pub kind: &'static str,
+    /// The event's data as JSON text.
     pub data: String,
     /// Its position in the run's chain (1 for the first event).
     pub pos: i64,
@@ -246,7 +291,7 @@ fn encode(
     (out, head)
 }
 
-/// A write with its rows and events already encoded. [`StoreHandle`]
+/// A write with its rows and events already encoded. [`super::StoreHandle`]
 /// prepares writes on the caller's thread, and turns what the writer
 /// reports back into a [`Committed`] there too ([`Prepared::committed`]),
 /// so that the writer thread, which every run in the process waits on,
@@ -397,7 +442,7 @@ fn limits_json(limits: &Limits) -> String {
 /// What a write's statements produced that its caller could not know
 /// beforehand: the sequence numbers of its events, in order, and the
 /// chain's new length and head when its events were linked again after
-/// another writer's ([`Prepared::relinked`]).
+/// another writer's (`Prepared::relinked`).
 #[derive(Debug)]
 pub struct Written {
     pub(crate) seqs: Vec<i64>,
@@ -408,12 +453,17 @@ pub struct Written {
 #[derive(Debug, Clone)]
 pub enum Write {
     /// A new run, perhaps with its first step started, and its first
-    /// events ([`Store::create_run`]).
+    /// events ([`super::Store::create_run`]).
     Create {
+        /// The run row to insert; its chain is reset to start from its genesis hash.
         run: Run,
+        /// The steps to insert with it.
         steps: Vec<Step>,
+        /// Its first events.
         events: Vec<NewEvent>,
     },
+    /// A transition of an existing run, committed only if its compare-and-set
+    /// still holds.
     Transition(Transition),
 }
 

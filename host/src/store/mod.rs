@@ -36,10 +36,15 @@ pub use crate::types::{ModelCallRecord, NewEvent};
 /// approvals it writes, and its events. `expect` is the compare-and-set.
 #[derive(Debug, Clone)]
 pub struct Transition {
+    /// What the run row must still say for the transition to apply.
     pub expect: Expect,
+    /// The run row as the transition leaves it.
     pub run: Run,
+    /// The steps it inserts or rewrites.
     pub steps: Vec<Step>,
+    /// The approvals it inserts or rewrites.
     pub approvals: Vec<Approval>,
+    /// The events it appends to the run's journal.
     pub events: Vec<NewEvent>,
     /// Model calls made since the previous transition, recorded with it.
     pub model_calls: Vec<ModelCallRecord>,
@@ -48,14 +53,19 @@ pub struct Transition {
 /// One model call as stored, for operators' reads.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct StoredModelCall {
+    /// The step the call was made for.
     pub step_index: u32,
+    /// The name of the model provider called.
     pub provider: String,
+    /// Tokens in the prompt, as the provider counted them.
     pub prompt_tokens: u32,
+    /// Tokens in the completion, as the provider counted them.
     pub completion_tokens: u32,
     /// `ok`, `error` or `refused_limit`.
     pub outcome: String,
     /// What went wrong, as text.
     pub error: Option<String>,
+    /// How long the call took, in milliseconds.
     pub latency_ms: i64,
     /// When it was recorded (ms since the epoch).
     pub at: i64,
@@ -64,6 +74,7 @@ pub struct StoredModelCall {
 /// What the run row must still say for a transition to apply.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Expect {
+    /// The status the run must still have.
     pub status: RunStatus,
     /// The lease owner that must hold the run (`None`: nobody may hold it).
     pub owner: Option<String>,
@@ -75,22 +86,30 @@ pub struct Expect {
 /// What a committed transition wrote, decoded from the bound columns.
 #[derive(Debug, Clone)]
 pub struct Committed {
+    /// The run row as written.
     pub run: Run,
+    /// The steps written.
     pub steps: Vec<Step>,
+    /// The approvals written.
     pub approvals: Vec<Approval>,
+    /// The events written, with their sequence numbers.
     pub events: Vec<Event>,
 }
 
 /// One stored event.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Event {
+    /// Its number in the whole journal; later events have larger numbers.
     pub seq: i64,
+    /// The run it belongs to.
     pub run_id: String,
+    /// The step it is about, if any.
     pub step_index: Option<u32>,
     /// As stored: an [`EventKind`]'s spelling, or one a newer Keel wrote.
     pub kind: std::borrow::Cow<'static, str>,
     /// JSON text.
     pub data: String,
+    /// When it was written (ms since the epoch).
     pub at: i64,
 }
 
@@ -99,9 +118,13 @@ pub struct Event {
 /// run `before` (the last run of the previous page).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RunQuery {
+    /// Only runs with this status; any status if `None`.
     pub status: Option<RunStatus>,
+    /// The most runs to return.
     pub limit: u32,
+    /// The id of the last run of the previous page; `None` for the first page.
     pub before: Option<String>,
+    /// Only runs whose goal contains this text; any goal if `None`.
     pub goal_contains: Option<String>,
 }
 
@@ -116,9 +139,14 @@ pub struct RunQuery {
 /// following the journal from that number would miss what comes next.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Finished {
+    /// Only runs last changed before this time (ms since the epoch).
     pub before: i64,
+    /// The statuses to select; only terminal ones ever qualify.
     pub statuses: Vec<RunStatus>,
+    /// `(updated_at, id)` of the previous page's last run; `None` for the first
+    /// page.
     pub after: Option<(i64, String)>,
+    /// The most runs to return in one page (at least 1).
     pub limit: u32,
 }
 
@@ -174,7 +202,10 @@ pub const FINISHED_SQL: &str = "runs.status IN ('completed', 'failed', 'cancelle
 /// journal still has `chain_len` events (what an export wrote).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Doomed {
+    /// The run's id.
     pub id: String,
+    /// How many events its journal held when it was read; it must hold as
+    /// many still to be deleted.
     pub chain_len: u64,
 }
 
@@ -197,13 +228,16 @@ pub trait RunReader: Send + Sync {
     async fn count_runs(&self) -> Result<Vec<(RunStatus, u64)>, StoreError>;
     /// The number of the newest event in the journal (0 when it is empty).
     async fn last_event_seq(&self) -> Result<i64, StoreError>;
+    /// A run's steps in the order of their index.
     async fn steps(&self, run_id: &str) -> Result<Vec<Step>, StoreError>;
+    /// A run's approvals, oldest first.
     async fn approvals(&self, run_id: &str) -> Result<Vec<Approval>, StoreError>;
     /// A run's steps and approvals together, as a loop needs them to
     /// resume it: one trip to the store where the engine allows it.
     async fn history(&self, run_id: &str) -> Result<(Vec<Step>, Vec<Approval>), StoreError> {
         Ok((self.steps(run_id).await?, self.approvals(run_id).await?))
     }
+    /// The approval with `id`, or [`StoreError::ApprovalNotFound`].
     async fn approval(&self, id: &str) -> Result<Approval, StoreError>;
     /// Events numbered above `after`, oldest first, of one run or all.
     async fn events_after(

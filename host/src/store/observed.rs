@@ -29,10 +29,13 @@ pub struct Observed<O> {
 }
 
 impl<O: CommitObserver> Observed<O> {
+    /// Wraps `inner` so that `observer` is told about the writes that pass
+    /// through it.
     pub fn new(inner: Arc<dyn RunStore>, observer: O) -> Observed<O> {
         Observed { inner, observer }
     }
 
+    /// The observer the writes are reported to.
     pub fn observer(&self) -> &O {
         &self.observer
     }

@@ -7,7 +7,7 @@
 //! the trace id is stored in the run's `meta` when telemetry starts it, so
 //! that a run resumed in another process (after a crash, after an
 //! approval) continues the same trace. Spans are exported in batches on
-//! the processor's own thread with a blocking client ([`client`]): a step
+//! the processor's own thread with a blocking client (`client`): a step
 //! only queues them, a full queue drops them, and a collector that is
 //! down, hangs or answers errors never blocks or fails a run.
 
@@ -44,10 +44,13 @@ pub const MAX_QUEUE: usize = 8192;
 /// How long a process waits at exit for its last spans to leave.
 pub const FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Why telemetry could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum TelemetryError {
+    /// The collector's endpoint is not an http:// or https:// URL.
     #[error("[telemetry] otlp_endpoint {0:?} is not an http:// or https:// URL")]
     BadEndpoint(String),
+    /// The OTLP exporter could not be built.
     #[error("starting the OTLP exporter: {0}")]
     Exporter(String),
 }
@@ -243,7 +246,9 @@ pub fn at_ms(ms: i64) -> SystemTime {
 
 /// How a span ended.
 pub enum Outcome<'a> {
+    /// The span's work succeeded.
     Ok,
+    /// The span's work failed, with this message as its error status.
     Error(&'a str),
 }
 
@@ -260,6 +265,7 @@ pub struct RunTrace {
 }
 
 impl RunTrace {
+    /// The trace every span of the run belongs to.
     pub fn trace_id(&self) -> TraceId {
         self.trace_id
     }

@@ -23,8 +23,11 @@ pub struct ToolSet {
 /// Why a decision's call cannot run.
 #[derive(Debug, Clone, PartialEq)]
 pub enum InvalidCall {
+    /// No tool of the run has the name the call gives.
     UnknownTool(String),
+    /// The arguments are not a JSON object; says why.
     NotJson(String),
+    /// The arguments do not match the tool's parameters schema; says why.
     Schema(String),
 }
 
@@ -39,6 +42,7 @@ impl std::fmt::Display for InvalidCall {
 }
 
 impl ToolSet {
+    /// An empty table.
     pub fn new() -> ToolSet {
         ToolSet::default()
     }
@@ -117,10 +121,12 @@ impl ToolSet {
         }
     }
 
+    /// Every tool's spec, in the order the tools were added.
     pub fn specs(&self) -> &[ToolSpec] {
         &self.specs
     }
 
+    /// The spec of tool `name`, if the run has it.
     pub fn spec(&self, name: &str) -> Option<&ToolSpec> {
         self.by_name.get(name).map(|(i, _, _)| &self.specs[*i])
     }

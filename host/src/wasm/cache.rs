@@ -35,6 +35,7 @@ pub fn engine_key(engine: &Engine) -> String {
     format!("{:016x}", h.finish())
 }
 
+/// The file in `dir` that caches the component whose sha256 is `sha256_hex`, compiled by `engine`.
 pub fn entry_path(dir: &Path, sha256_hex: &str, engine: &Engine) -> PathBuf {
     dir.join(format!("{sha256_hex}-{}.cwasm", engine_key(engine)))
 }

@@ -32,6 +32,7 @@ fn nanos(at: Instant) -> u64 {
 pub struct CallDeadline(AtomicU64);
 
 impl CallDeadline {
+    /// A deadline that passes `after` from now.
     pub fn new(after: Duration) -> CallDeadline {
         let d = CallDeadline(AtomicU64::new(0));
         d.set_after(after);

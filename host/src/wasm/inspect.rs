@@ -38,6 +38,7 @@ const WASI_PACKAGES: &[&str] = &[
     "wasi:sockets/",
 ];
 
+/// The names of everything the component imports.
 pub fn imports(engine: &Engine, component: &Component) -> Vec<String> {
     component
         .component_type()
@@ -46,6 +47,7 @@ pub fn imports(engine: &Engine, component: &Component) -> Vec<String> {
         .collect()
 }
 
+/// The names of everything the component exports.
 pub fn exports(engine: &Engine, component: &Component) -> Vec<String> {
     component
         .component_type()

@@ -279,6 +279,7 @@ pub struct WasmPolicy {
 }
 
 impl WasmPolicy {
+    /// Instantiates `plugin` for one run and calls its `init`.
     pub async fn new(
         host: &WasmHost,
         plugin: &Plugin,

@@ -36,12 +36,16 @@ use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConf
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum World {
+    /// An agent, which decides each step of a run.
     Agent,
+    /// A policy, which evaluates what the agent decided.
     Policy,
+    /// A tool, instantiated afresh for each call.
     Tool,
 }
 
 impl World {
+    /// The world's lowercase name, as written in config and messages.
     pub fn as_str(self) -> &'static str {
         match self {
             World::Agent => "agent",
@@ -60,23 +64,40 @@ impl std::fmt::Display for World {
 /// Why a plugin cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum PluginError {
+    /// The component file could not be read.
     #[error("{path}: cannot read the component")]
     Io {
+        /// The file that could not be read.
         path: String,
+        /// The underlying read error.
         source: std::io::Error,
     },
+    /// The file's sha256 differs from the one pinned in the config.
     #[error("{path}: sha256 is {actual}, but the config pins {expected}; refusing to run it")]
     PinMismatch {
+        /// The file or name the bytes came from.
         path: String,
+        /// The sha256 the config pins, in hex.
         expected: String,
+        /// The sha256 of the bytes actually read, in hex.
         actual: String,
     },
+    /// The bytes are not a component, or could not be compiled or given a memory image.
     #[error("{path}: not a WebAssembly component ({detail})")]
-    NotAComponent { path: String, detail: String },
+    NotAComponent {
+        /// The file or name the bytes came from.
+        path: String,
+        /// What is wrong with the bytes.
+        detail: String,
+    },
+    /// The component's imports or exports do not match the world it is loaded for.
     #[error("{path}: does not fit the {world} world: {detail}")]
     WrongWorld {
+        /// The file or name the bytes came from.
         path: String,
+        /// The world the component was expected to target.
         world: World,
+        /// What does not match.
         detail: String,
     },
 }
@@ -91,6 +112,7 @@ pub struct EngineOptions {
     /// Largest linear memory a pooled instance can have, in bytes. Plugin
     /// memory caps above this are clamped to it.
     pub max_memory_bytes: usize,
+    /// Directory of the on-disk compile cache; `None` compiles every time without storing.
     pub cache_dir: Option<PathBuf>,
     /// Map each component's initial memory copy-on-write from one shared
     /// image (fast for components with large data, such as Python and
@@ -129,10 +151,15 @@ impl Default for EngineOptions {
 
 /// A loaded, checked component, ready to instantiate.
 pub struct Plugin {
+    /// The path or name it was loaded under, used in messages.
     pub name: String,
+    /// The world it was checked against.
     pub world: World,
+    /// The sha256 of the component's bytes, in lowercase hex.
     pub sha256: String,
+    /// The size of the component's bytes, in bytes.
     pub size: usize,
+    /// Whether it was loaded from the compile cache or compiled.
     pub cache: CacheOutcome,
     pub(crate) pre: PluginPre,
     /// An agent's or a policy's exports, found once (none for a tool).
@@ -180,6 +207,7 @@ impl Drop for WasmHost {
 }
 
 impl WasmHost {
+    /// Builds the engine and linkers from `opts` and starts the thread that ticks the epoch.
     pub fn new(opts: EngineOptions) -> anyhow::Result<Arc<WasmHost>> {
         let mut config = Config::new();
         config.epoch_interruption(true);
@@ -281,10 +309,12 @@ impl WasmHost {
         }))
     }
 
+    /// The wasmtime engine all plugins are compiled and run with.
     pub fn engine(&self) -> &Engine {
         &self.engine
     }
 
+    /// The settings the engine was built with.
     pub fn options(&self) -> &EngineOptions {
         &self.opts
     }
@@ -304,6 +334,7 @@ impl WasmHost {
         self.load_bytes(&p, &bytes, world, pin)
     }
 
+    /// Like [`WasmHost::load`], for bytes already in memory; `name` stands for the path in messages.
     pub fn load_bytes(
         &self,
         name: &str,

@@ -16,6 +16,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 /// The most bytes of a plugin's stdout/stderr kept (for panic messages).
 const STDIO_CAPTURE: usize = 64 << 10;
 
+/// The data of one plugin instance's `Store`: its WASI context, limits and the host side of its imports.
 pub struct HostState {
     pub(crate) plugin: Arc<str>,
     wasi: WasiCtx,

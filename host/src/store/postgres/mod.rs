@@ -3,7 +3,7 @@
 //! Writes go through one writer task per process, which owns a connection
 //! and commits whatever has queued as one transaction (group commit: one
 //! WAL flush for many runs' transitions, each still its own
-//! compare-and-set, see [`apply`]). Reads, heartbeats and claims use a
+//! compare-and-set, see `apply`). Reads, heartbeats and claims use a
 //! small pool of other connections. A lost connection fails the writes in
 //! flight with [`StoreError::Unavailable`] (the server rolls back what was
 //! not committed); the next write connects again.

@@ -165,6 +165,8 @@ impl Store {
         Ok(store)
     }
 
+    /// The path the store was opened at, as given (`:memory:` for an in-memory
+    /// store).
     pub fn path(&self) -> &str {
         &self.path
     }
@@ -377,6 +379,7 @@ impl Store {
         Ok(done)
     }
 
+    /// The run with `id`, or `None` when there is no such run.
     pub fn get_run(&self, id: &str) -> Result<Option<Run>, StoreError> {
         let mut stmt = self
             .conn
@@ -388,6 +391,7 @@ impl Store {
         }
     }
 
+    /// The run with `id`, or [`StoreError::RunNotFound`].
     pub fn run(&self, id: &str) -> Result<Run, StoreError> {
         self.get_run(id)?
             .ok_or_else(|| StoreError::RunNotFound(id.to_string()))
@@ -463,6 +467,7 @@ impl Store {
             .query_row("SELECT COALESCE(MAX(seq), 0) FROM events", [], |r| r.get(0))?)
     }
 
+    /// A run's step rows as stored, undecoded, in the order of their index.
     pub fn step_rows(&self, run_id: &str) -> Result<Vec<StepRow>, StoreError> {
         let mut stmt = self.conn.prepare_cached(&format!(
             "SELECT {STEP_COLUMNS} FROM steps WHERE run_id=?1 ORDER BY idx"
@@ -471,6 +476,7 @@ impl Store {
         Ok(rows.collect::<Result<Vec<_>, _>>()?)
     }
 
+    /// A run's steps in the order of their index, decoded from their rows.
     pub fn load_steps(&self, run_id: &str) -> Result<Vec<Step>, StoreError> {
         self.step_rows(run_id)?
             .iter()
@@ -478,6 +484,7 @@ impl Store {
             .collect()
     }
 
+    /// A run's approval rows as stored, undecoded, oldest first.
     pub fn approval_rows(&self, run_id: &str) -> Result<Vec<ApprovalRow>, StoreError> {
         let mut stmt = self.conn.prepare_cached(&format!(
             "SELECT {APPROVAL_COLUMNS} FROM approvals WHERE run_id=?1 ORDER BY created_at, id"
@@ -486,6 +493,7 @@ impl Store {
         Ok(rows.collect::<Result<Vec<_>, _>>()?)
     }
 
+    /// A run's approvals, oldest first, decoded from their rows.
     pub fn load_approvals(&self, run_id: &str) -> Result<Vec<Approval>, StoreError> {
         self.approval_rows(run_id)?
             .iter()
@@ -493,6 +501,7 @@ impl Store {
             .collect()
     }
 
+    /// The approval with `id`, or [`StoreError::ApprovalNotFound`].
     pub fn approval(&self, id: &str) -> Result<Approval, StoreError> {
         let mut stmt = self.conn.prepare_cached(&format!(
             "SELECT {APPROVAL_COLUMNS} FROM approvals WHERE id=?1"

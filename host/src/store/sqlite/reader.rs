@@ -8,6 +8,8 @@ use crate::types::*;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
+/// A SQLite store opened read-only, for operators' reads; clones share one
+/// connection.
 #[derive(Clone)]
 pub struct ReadOnlyStore(Arc<Mutex<Store>>);
 

@@ -9,6 +9,7 @@ use rusqlite::Row;
 pub const STEP_COLUMNS: &str = "run_id, idx, version, state, decision, call_tool, call_args, effect, verdict, obs_kind, obs_content, started_at, updated_at";
 
 impl StepRow {
+    /// Reads a row selected with `STEP_COLUMNS`, in that order.
     pub fn read(row: &Row<'_>) -> rusqlite::Result<StepRow> {
         Ok(StepRow {
             run_id: row.get(0)?,
@@ -31,6 +32,7 @@ impl StepRow {
 pub const APPROVAL_COLUMNS: &str = "id, run_id, step_idx, kind, status, tool, arguments, reason, presentation, hash, created_at, expires_at, decided_by, note, decided_at, chain_head, tool_pin";
 
 impl ApprovalRow {
+    /// Reads a row selected with `APPROVAL_COLUMNS`, in that order.
     pub fn read(row: &Row<'_>) -> rusqlite::Result<ApprovalRow> {
         Ok(ApprovalRow {
             id: row.get(0)?,

@@ -107,6 +107,7 @@ impl StoreHandle {
         StoreHandle { tx, shared }
     }
 
+    /// What the writer has done so far: its counters read now.
     pub fn stats(&self) -> WriterStats {
         let c = &self.shared.counters;
         WriterStats {

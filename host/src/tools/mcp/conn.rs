@@ -33,12 +33,18 @@ pub const MAX_LINE_BYTES: usize = 16 << 20;
 /// How to reach a server.
 #[derive(Debug, Clone)]
 pub enum Endpoint {
+    /// A child process spoken to over its stdin and stdout.
     Stdio {
+        /// The program and its arguments.
         command: Vec<String>,
+        /// Variables set for it, besides the few passed from Keel's environment.
         env: Vec<(String, String)>,
+        /// Its working directory.
         cwd: Option<PathBuf>,
     },
+    /// A streamable-HTTP endpoint.
     Http {
+        /// The endpoint's URL.
         url: String,
     },
 }

@@ -36,12 +36,17 @@ const ERROR_TEXT_BYTES: usize = 4 << 10;
 pub struct ServerSpec {
     /// How errors name it: `tools[1] (`npx -y ...`)`.
     pub label: String,
+    /// How to reach the server.
     pub endpoint: Endpoint,
+    /// The server's tools the run may use (`expose`).
     pub expose: Vec<String>,
+    /// The operator's `sha256:HEX` pin over the exposed tools.
     pub pin: String,
+    /// What a pin that does not match does (`on_pin_mismatch`).
     pub on_mismatch: PinMismatch,
     /// Per call.
     pub deadline: Duration,
+    /// The largest result of one call, in bytes.
     pub max_output_bytes: usize,
     /// For the handshake and the tool list.
     pub start_timeout: Duration,
@@ -55,14 +60,25 @@ pub struct ServerSpec {
 pub enum McpError {
     /// The server did not start, or did not list its tools.
     #[error("{server}: {reason}")]
-    Start { server: String, reason: String },
+    Start {
+        /// The server's label.
+        server: String,
+        /// What failed.
+        reason: String,
+    },
     /// The server's tools are not what the config allows.
     #[error("{server}: {reason}")]
-    Refused { server: String, reason: String },
+    Refused {
+        /// The server's label.
+        server: String,
+        /// Why its tools cannot be used.
+        reason: String,
+    },
 }
 
 /// What a run's start found.
 pub struct Started {
+    /// The tools the run may call: the exposed ones, less any dropped.
     pub specs: Vec<ToolSpec>,
     /// The pin of the tools in `specs` (the config's, unless some were dropped).
     pub pin: String,
@@ -94,6 +110,7 @@ struct State {
 }
 
 impl McpServer {
+    /// A server not yet connected to; the first [`McpServer::start`] connects.
     pub fn new(spec: ServerSpec) -> McpServer {
         McpServer {
             spec,
@@ -104,6 +121,7 @@ impl McpServer {
         }
     }
 
+    /// How errors name the server, e.g. ``tools[1] (`npx -y srv`)``.
     pub fn label(&self) -> &str {
         &self.spec.label
     }
@@ -636,6 +654,7 @@ pub struct McpTools {
 }
 
 impl McpTools {
+    /// A run's view of `server` with the `specs` its start found.
     pub fn new(server: Arc<McpServer>, specs: Vec<ToolSpec>) -> McpTools {
         McpTools { server, specs }
     }
