@@ -3,44 +3,13 @@
 
 use crate::common;
 
+use common::cli::{self, keel, text};
 use common::wasm::plugin_path;
 use std::path::{Path, PathBuf};
-use std::process::Output;
-
-fn keel(args: &[&str]) -> Output {
-    common::keel_bin().args(args).output().unwrap()
-}
-
-fn text(o: &Output) -> String {
-    common::output_text(o)
-}
 
 /// A config like the quickstart's, in `dir`, with `agent` as the agent.
 fn config(dir: &Path, agent: &Path) -> Option<PathBuf> {
-    let policy = plugin_path("policy-rules-rust.wasm")?;
-    let fs = plugin_path("tool-fs-rust.wasm")?;
-    let cfg = format!(
-        r#"store = "keel.db"
-[engine]
-cache_dir = "{cache}"
-[agent]
-component = "{agent}"
-config = {{ script = [ {{ call = {{ tool = "fs_write", arguments = {{ path = "a.txt", content = "x" }} }} }}, {{ complete = 1 }} ] }}
-[policy]
-component = "{policy}"
-config = {{ rules = [ {{ effect = "local-mutation", action = "require-approval" }} ] }}
-[[tools]]
-component = "{fs}"
-grant = {{ dirs = [{{ host = "work", guest = "/workspace", mode = "rw" }}] }}
-"#,
-        cache = common::wasm::test_cache().display(),
-        agent = agent.display(),
-        policy = policy.display(),
-        fs = fs.display(),
-    );
-    let p = dir.join("keel.toml");
-    std::fs::write(&p, cfg).unwrap();
-    Some(p)
+    cli::fs_write_config(dir, agent, "complete = 1", None)
 }
 
 #[test]

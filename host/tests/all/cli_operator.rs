@@ -4,17 +4,10 @@
 
 use crate::common;
 
+use common::cli::{self, keel, text};
 use common::wasm::plugin_path;
 use std::path::{Path, PathBuf};
 use std::process::Output;
-
-fn keel(args: &[&str]) -> Output {
-    common::keel_bin().args(args).output().unwrap()
-}
-
-fn text(o: &Output) -> String {
-    common::output_text(o)
-}
 
 /// The terminal sequences a hostile plugin writes: cursor up, erase line.
 const ESCAPES: &str = "\\u001b[1A\\u001b[2Kgotcha";
@@ -23,30 +16,12 @@ const ESCAPES: &str = "\\u001b[1A\\u001b[2Kgotcha";
 /// approval with a reason full of escape sequences), then fails with one.
 fn config(dir: &Path) -> Option<PathBuf> {
     let agent = plugin_path("agent-scripted-rust.wasm")?;
-    let policy = plugin_path("policy-rules-rust.wasm")?;
-    let fs = plugin_path("tool-fs-rust.wasm")?;
-    let cfg = format!(
-        r#"store = "keel.db"
-[engine]
-cache_dir = "{cache}"
-[agent]
-component = "{agent}"
-config = {{ script = [ {{ call = {{ tool = "fs_write", arguments = {{ path = "a.txt", content = "x" }} }} }}, {{ fail = "{ESCAPES}" }} ] }}
-[policy]
-component = "{policy}"
-config = {{ rules = [ {{ effect = "local-mutation", action = "require-approval", reason = "{ESCAPES}" }} ] }}
-[[tools]]
-component = "{fs}"
-grant = {{ dirs = [{{ host = "work", guest = "/workspace", mode = "rw" }}] }}
-"#,
-        cache = common::wasm::test_cache().display(),
-        agent = agent.display(),
-        policy = policy.display(),
-        fs = fs.display(),
-    );
-    let p = dir.join("keel.toml");
-    std::fs::write(&p, cfg).unwrap();
-    Some(p)
+    cli::fs_write_config(
+        dir,
+        &agent,
+        &format!(r#"fail = "{ESCAPES}""#),
+        Some(ESCAPES),
+    )
 }
 
 fn no_raw_escape(o: &Output, what: &str) {

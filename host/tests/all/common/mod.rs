@@ -137,6 +137,7 @@ pub fn kinds(store: &Store, run_id: &str) -> Vec<String> {
         .map(|e| e.kind.into_owned())
         .collect()
 }
+pub mod cli;
 #[macro_use]
 pub mod engine;
 pub mod http;
