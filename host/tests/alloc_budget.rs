@@ -28,21 +28,34 @@ struct Counting;
 static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
 static BYTES: AtomicU64 = AtomicU64::new(0);
 
+thread_local! {
+    /// Allocations made by this thread alone (the telemetry exporter's
+    /// thread allocates beside the run, on its own schedule).
+    static HERE: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+fn count_here() {
+    let _ = HERE.try_with(|c| c.set(c.get() + 1));
+}
+
 // SAFETY: every call is passed on to the system allocator unchanged; the
 // counters are only read.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        count_here();
         ALLOCATIONS.fetch_add(1, Relaxed);
         BYTES.fetch_add(l.size() as u64, Relaxed);
         unsafe { System.alloc(l) }
     }
     unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
+        count_here();
         ALLOCATIONS.fetch_add(1, Relaxed);
         BYTES.fetch_add(l.size() as u64, Relaxed);
         unsafe { System.alloc_zeroed(l) }
     }
     unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
         // A growth is an allocation of the new size (it may copy).
+        count_here();
         ALLOCATIONS.fetch_add(1, Relaxed);
         BYTES.fetch_add(new as u64, Relaxed);
         unsafe { System.realloc(p, l, new) }
@@ -192,6 +205,32 @@ async fn per_step(rt: &Runtime, wasm_consumers: bool, pad: usize) -> Count {
     }
 }
 
+/// Allocations on this thread per native step: a 45-step run less a
+/// 5-step one, over the 40 steps between them.
+async fn per_step_here(rt: &Runtime) -> f64 {
+    let run = |calls: u32| async move {
+        let c = native(calls, 0).await;
+        let t = HERE.with(|c| c.get());
+        let out = rt.start("budget", limits(), "{}", c).await.unwrap();
+        assert_eq!(out.run.status, RunStatus::Completed, "{:?}", out.run.reason);
+        HERE.with(|c| c.get()) - t
+    };
+    run(5).await; // warm
+    let (short, long) = (run(5).await, run(45).await);
+    (long as f64 - short as f64) / 40.0
+}
+
+/// A run's tracer over a collector that refuses every export: its spans
+/// are recorded and the exporter's thread tries to send them.
+fn traced(rt: Runtime) -> Runtime {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let t = keel::telemetry::Telemetry::start(&format!("http://127.0.0.1:{port}"), "budget");
+    rt.with_telemetry(Arc::new(t.unwrap()))
+}
+
 /// One fan-out run, its consumers' instantiation included.
 async fn fanout_run(rt: &Runtime) -> Count {
     let agent = plugin("agent-llm-rust.wasm", World::Agent).expect("agent-llm built");
@@ -248,6 +287,22 @@ fn allocations_per_step_and_per_fan_out_run_stay_within_their_budgets() {
             ("fanout_run", fanout_run(&rt).await),
         ]
     });
+    // Recording a step's spans (decide, evaluate, execute_tool) costs the
+    // run's own thread no allocation: they are built on the exporter's.
+    let (plain, traced_step) = tokio.block_on(async {
+        let plain = Runtime::new(StoreHandle::spawn(Store::open_in_memory().unwrap()));
+        let with = traced(Runtime::new(StoreHandle::spawn(
+            Store::open_in_memory().unwrap(),
+        )));
+        (per_step_here(&plain).await, per_step_here(&with).await)
+    });
+    eprintln!(
+        "on the run's thread: {plain:.1} allocations a step untraced, {traced_step:.1} traced"
+    );
+    assert!(
+        traced_step <= plain + 0.5,
+        "a traced step allocates {traced_step:.1} times on the run's thread, an untraced one {plain:.1}"
+    );
     let budgets = budgets();
     let mut over = Vec::new();
     for (name, m) in &measured {

@@ -661,23 +661,13 @@ impl<'r> Loop<'r> {
         let (Some(t), Some(started)) = (&self.trace, started) else {
             return;
         };
-        let (attrs, error) = match w {
-            Waited::Done(Ok(d)) => (vec![decision_attr(d)], None),
-            Waited::Done(Err(e)) => (vec![], Some(e.to_string())),
-            Waited::Deadline => (vec![], Some("the run's deadline passed".to_string())),
-            Waited::Cancelled(_) => (vec![], Some("the run was cancelled".to_string())),
+        let (decision, error) = match w {
+            Waited::Done(Ok(d)) => (Some(decision_name(d)), None),
+            Waited::Done(Err(e)) => (None, Some(e.to_string())),
+            Waited::Deadline => (None, Some("the run's deadline passed".to_string())),
+            Waited::Cancelled(_) => (None, Some("the run was cancelled".to_string())),
         };
-        let name = self.c.agent.name();
-        t.plugin_call(
-            "decide",
-            "agent",
-            name,
-            i,
-            started,
-            attrs,
-            vec![],
-            error.as_deref(),
-        );
+        t.decided(self.c.agent.name(), i, started, decision, error.as_deref());
     }
 
     /// Asks the policy about the decided call of step `i` and records the
@@ -711,37 +701,22 @@ impl<'r> Loop<'r> {
         started: Option<std::time::SystemTime>,
         v: &Result<Verdict, ConsumerError>,
     ) {
-        use opentelemetry::KeyValue;
         let (Some(t), Some(started)) = (&self.trace, started) else {
             return;
         };
         let (verdict, reason, error) = match v {
-            Ok(Verdict::Allow) => ("allow", "", None),
-            Ok(Verdict::Deny(r)) => ("deny", r.as_str(), None),
-            Ok(Verdict::RequireApproval(r)) => ("require_approval", r.reason.as_str(), None),
-            Ok(Verdict::Abort(r)) => ("abort", r.as_str(), None),
-            Err(e) => ("error", "", Some(e.to_string())),
+            Ok(Verdict::Allow) => ("allow", None, None),
+            Ok(Verdict::Deny(r)) => ("deny", Some(r.as_str()), None),
+            Ok(Verdict::RequireApproval(r)) => ("require_approval", Some(r.reason.as_str()), None),
+            Ok(Verdict::Abort(r)) => ("abort", Some(r.as_str()), None),
+            Err(e) => ("error", None, Some(e.to_string())),
         };
-        let mut ev = vec![
-            KeyValue::new("keel.policy.verdict", verdict),
-            KeyValue::new("gen_ai.tool.name", call.tool.clone()),
-        ];
-        if !reason.is_empty() {
-            ev.push(KeyValue::new("keel.policy.reason", reason.to_string()));
-        }
-        let attrs = vec![KeyValue::new("keel.policy.verdict", verdict)];
-        let name = self.c.policy.name();
-        let events = vec![("policy.verdict", ev)];
-        t.plugin_call(
-            "evaluate",
-            "policy",
-            name,
-            i,
-            started,
-            attrs,
-            events,
-            error.as_deref(),
-        );
+        let judged = crate::telemetry::Judged {
+            verdict,
+            tool: &call.tool,
+            reason,
+        };
+        t.judged(self.c.policy.name(), i, started, judged, error.as_deref());
     }
 
     /// Runs the tool of step `i` (already durably `executing`) and records
@@ -969,12 +944,11 @@ async fn wait<F: std::future::Future>(
 }
 
 /// What an agent decided, as a span attribute.
-fn decision_attr(d: &Decision) -> opentelemetry::KeyValue {
-    let kind = match d {
+fn decision_name(d: &Decision) -> &'static str {
+    match d {
         Decision::Call(_) => "call",
         Decision::Complete(_) => "complete",
         Decision::Fail(_) => "fail",
         Decision::Invalid(_) => "invalid",
-    };
-    opentelemetry::KeyValue::new("keel.decision", kind)
+    }
 }

@@ -6,29 +6,28 @@
 //! A run's trace id and its span's id are derived from the run's id, and
 //! the trace id is stored in the run's `meta` when telemetry starts it, so
 //! that a run resumed in another process (after a crash, after an
-//! approval) continues the same trace. Spans are exported in batches on
-//! the processor's own thread with a blocking client (`client`): a step
-//! only queues them, a full queue drops them, and a collector that is
-//! down, hangs or answers errors never blocks or fails a run.
+//! approval) continues the same trace. A step only records its spans in a
+//! compact form (`span`) on a bounded queue (`queue`); the exporter's own
+//! thread builds them into OTLP spans and sends them in batches with a
+//! blocking client (`client`). A full queue drops spans, and a collector
+//! that is down, hangs or answers errors never blocks or fails a run.
 
 mod client;
+mod queue;
+mod span;
 
 pub use client::LOG_INTERVAL;
 
-use crate::types::{Run, RunStatus};
-use opentelemetry::trace::{
-    Span as _, SpanContext, SpanId, SpanKind, Status, TraceContextExt, TraceFlags, TraceId,
-    TraceState, Tracer as _,
-};
-use opentelemetry::{Context, KeyValue, StringValue, Value};
+use crate::types::{Approval, Run};
+use opentelemetry::trace::{SpanId, TraceId};
+use opentelemetry::InstrumentationScope;
 use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
-use opentelemetry_sdk::trace::{
-    BatchConfigBuilder, BatchSpanProcessor, IdGenerator, RandomIdGenerator, SdkTracer,
-    SdkTracerProvider,
-};
+use opentelemetry_sdk::trace::SpanExporter as _;
+use queue::Queue;
 use sha2::{Digest, Sha256};
-use std::cell::Cell;
-use std::sync::Arc;
+use span::{Record, RunIds, What};
+use std::collections::HashMap;
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// The environment variable that names the collector when the config
@@ -41,8 +40,18 @@ pub const EXPORT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Spans queued for export at most; more are dropped.
 pub const MAX_QUEUE: usize = 8192;
 
+/// Spans sent in one export at most.
+pub const EXPORT_BATCH: usize = 512;
+
+/// How long a span waits in the queue at most before it is exported.
+pub const EXPORT_DELAY: Duration = Duration::from_millis(500);
+
 /// How long a process waits at exit for its last spans to leave.
 pub const FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Distinct names (tools, plugins, models) kept shared at most; a name
+/// past them is copied into each of its spans.
+const MAX_NAMES: usize = 4096;
 
 /// Why telemetry could not start.
 #[derive(Debug, thiserror::Error)]
@@ -66,37 +75,23 @@ pub struct TelemetryConfig {
     pub service_name: Option<String>,
 }
 
-/// A process's exporter. Dropping it does not flush: call
+/// A process's exporter: the queue its runs record spans into and the
+/// thread that exports them. Dropping it does not flush: call
 /// [`Telemetry::shutdown`].
 #[derive(Debug)]
 pub struct Telemetry {
-    provider: SdkTracerProvider,
-    tracer: SdkTracer,
+    queue: Arc<Queue>,
+    /// Signalled by the exporter's thread when it ended; taken by the
+    /// first shutdown.
+    done: Mutex<Option<mpsc::Receiver<()>>>,
+    /// Names shared by the spans that carry them.
+    names: Mutex<HashMap<Box<str>, Arc<str>>>,
     endpoint: String,
 }
 
-thread_local! {
-    /// Ids the next span built on this thread must have (a run's span,
-    /// whose ids follow from the run's id).
-    static FIXED_TRACE: Cell<Option<TraceId>> = const { Cell::new(None) };
-    static FIXED_SPAN: Cell<Option<SpanId>> = const { Cell::new(None) };
-}
-
-/// Random ids, except where [`FIXED_TRACE`] and [`FIXED_SPAN`] say
-/// otherwise.
-#[derive(Debug)]
-struct Ids(RandomIdGenerator);
-
-impl IdGenerator for Ids {
-    fn new_trace_id(&self) -> TraceId {
-        FIXED_TRACE
-            .with(Cell::take)
-            .unwrap_or_else(|| self.0.new_trace_id())
-    }
-    fn new_span_id(&self) -> SpanId {
-        FIXED_SPAN
-            .with(Cell::take)
-            .unwrap_or_else(|| self.0.new_span_id())
+impl Drop for Telemetry {
+    fn drop(&mut self) {
+        self.queue.abandon();
     }
 }
 
@@ -130,34 +125,33 @@ impl Telemetry {
         } else {
             format!("{base}/v1/traces")
         };
-        let exporter = opentelemetry_otlp::SpanExporter::builder()
+        let mut exporter = opentelemetry_otlp::SpanExporter::builder()
             .with_http()
             .with_http_client(client::BlockingClient::new(EXPORT_TIMEOUT))
             .with_endpoint(url.clone())
             .with_timeout(EXPORT_TIMEOUT)
             .build()
             .map_err(|e| TelemetryError::Exporter(e.to_string()))?;
-        let batch = BatchSpanProcessor::builder(exporter)
-            .with_batch_config(
-                BatchConfigBuilder::default()
-                    .with_max_queue_size(MAX_QUEUE)
-                    .with_scheduled_delay(Duration::from_millis(500))
-                    .build(),
-            )
-            .build();
-        let provider = SdkTracerProvider::builder()
-            .with_span_processor(batch)
-            .with_id_generator(Ids(RandomIdGenerator::default()))
-            .with_resource(
-                opentelemetry_sdk::Resource::builder()
-                    .with_service_name(service.to_string())
-                    .build(),
-            )
-            .build();
-        let tracer = opentelemetry::trace::TracerProvider::tracer(&provider, "keel");
+        exporter.set_resource(
+            &opentelemetry_sdk::Resource::builder()
+                .with_service_name(service.to_string())
+                .build(),
+        );
+        let scope = InstrumentationScope::builder("keel").build();
+        let queue = Arc::new(Queue::new());
+        let (tx, done) = mpsc::channel();
+        let q = queue.clone();
+        std::thread::Builder::new()
+            .name("keel-otlp-export".into())
+            .spawn(move || {
+                q.export_loop(exporter, scope);
+                let _ = tx.send(());
+            })
+            .map_err(|e| TelemetryError::Exporter(format!("starting its thread: {e}")))?;
         Ok(Telemetry {
-            provider,
-            tracer,
+            queue,
+            done: Mutex::new(Some(done)),
+            names: Mutex::new(HashMap::new()),
             endpoint: url,
         })
     }
@@ -169,8 +163,14 @@ impl Telemetry {
 
     /// Sends what is queued, waiting at most [`FLUSH_TIMEOUT`], and stops.
     pub fn shutdown(&self) {
-        if let Err(e) = self.provider.shutdown_with_timeout(FLUSH_TIMEOUT) {
-            tracing::warn!("telemetry: the last spans may be lost: {e}");
+        let done = self.done.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let Some(done) = done else { return };
+        self.queue.flush();
+        if done.recv_timeout(FLUSH_TIMEOUT).is_err() {
+            tracing::warn!(
+                "telemetry: the last spans may be lost: the collector took over {} s",
+                FLUSH_TIMEOUT.as_secs()
+            );
         }
     }
 
@@ -180,23 +180,29 @@ impl Telemetry {
         let _ = tokio::task::spawn_blocking(move || self.shutdown()).await;
     }
 
+    /// `name`, shared with every span that carries it.
+    fn name(&self, name: &str) -> Arc<str> {
+        let mut names = self.names.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = names.get(name) {
+            return n.clone();
+        }
+        let n = Arc::<str>::from(name);
+        if names.len() < MAX_NAMES {
+            names.insert(name.into(), n.clone());
+        }
+        n
+    }
+
     /// The trace of `run`, whose agent is `agent`.
     pub fn run(self: &Arc<Self>, run: &Run, agent: &str) -> RunTrace {
-        let (trace_id, span_id) = (trace_id_of(run), run_span_id(&run.id));
         RunTrace {
             t: self.clone(),
-            trace_id,
-            span_id,
-            // Built once: each span shares these rather than copying them.
-            parent: Context::new().with_remote_span_context(SpanContext::new(
-                trace_id,
-                span_id,
-                TraceFlags::SAMPLED,
-                true,
-                TraceState::default(),
-            )),
-            run_id: StringValue::from(Arc::<str>::from(run.id.as_str())),
-            agent: Arc::from(agent),
+            ids: Arc::new(RunIds {
+                trace_id: trace_id_of(run),
+                span_id: run_span_id(&run.id),
+                run_id: Arc::from(run.id.as_str()),
+                agent: self.name(agent),
+            }),
         }
     }
 }
@@ -244,62 +250,47 @@ pub fn at_ms(ms: i64) -> SystemTime {
     UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64)
 }
 
-/// How a span ended.
-pub enum Outcome<'a> {
-    /// The span's work succeeded.
-    Ok,
-    /// The span's work failed, with this message as its error status.
-    Error(&'a str),
+/// What a policy answered, as a trace records it.
+pub struct Judged<'a> {
+    /// The verdict's name (`allow`, `deny`, `require_approval`, `abort`,
+    /// or `error`).
+    pub verdict: &'static str,
+    /// The tool the call was for.
+    pub tool: &'a str,
+    /// The policy's reason, when it gave one.
+    pub reason: Option<&'a str>,
 }
 
 /// One run's trace: children of its span, and the span itself once the
-/// run ends. Cheap to clone; building a span only queues it.
+/// run ends. Cheap to clone; recording a span only queues it.
 #[derive(Clone)]
 pub struct RunTrace {
     t: Arc<Telemetry>,
-    trace_id: TraceId,
-    span_id: SpanId,
-    parent: Context,
-    run_id: StringValue,
-    agent: Arc<str>,
+    ids: Arc<RunIds>,
 }
 
 impl RunTrace {
     /// The trace every span of the run belongs to.
     pub fn trace_id(&self) -> TraceId {
-        self.trace_id
+        self.ids.trace_id
     }
 
-    /// A finished child span of the run.
-    pub fn child(
+    fn record(
         &self,
-        name: String,
-        kind: SpanKind,
         start: SystemTime,
         end: SystemTime,
-        mut attributes: Vec<KeyValue>,
-        events: Vec<(&'static str, Vec<KeyValue>)>,
-        outcome: Outcome<'_>,
+        step: u32,
+        error: Option<&str>,
+        what: What,
     ) {
-        attributes.push(KeyValue::new(
-            "gen_ai.conversation.id",
-            Value::String(self.run_id.clone()),
-        ));
-        let mut span = self
-            .t
-            .tracer
-            .span_builder(name)
-            .with_kind(kind)
-            .with_start_time(start)
-            .with_attributes(attributes)
-            .start_with_context(&self.t.tracer, &self.parent);
-        for (name, attrs) in events {
-            span.add_event(name, attrs);
-        }
-        if let Outcome::Error(e) = outcome {
-            span.set_status(Status::error(e.to_string()));
-        }
-        span.end_with_timestamp(end.max(start));
+        self.t.queue.push(Record {
+            run: self.ids.clone(),
+            start,
+            end,
+            step,
+            error: error.map(Box::from),
+            what,
+        });
     }
 
     /// A model call (`chat {model}`).
@@ -315,146 +306,84 @@ impl RunTrace {
         step: u32,
         error: Option<&str>,
     ) {
-        let mut a = vec![
-            KeyValue::new("gen_ai.operation.name", "chat"),
-            KeyValue::new("gen_ai.provider.name", provider.to_string()),
-            KeyValue::new("gen_ai.request.model", model.to_string()),
-            KeyValue::new("keel.step.index", i64::from(step)),
-        ];
-        match error {
-            None => a.extend([
-                KeyValue::new("gen_ai.usage.input_tokens", i64::from(input_tokens)),
-                KeyValue::new("gen_ai.usage.output_tokens", i64::from(output_tokens)),
-            ]),
-            Some(_) => a.push(KeyValue::new("error.type", "model_error")),
-        }
-        let outcome = error.map_or(Outcome::Ok, Outcome::Error);
-        let name = format!("chat {model}");
-        self.child(name, SpanKind::Client, start, end, a, vec![], outcome);
+        let what = What::Model {
+            provider: self.t.name(provider),
+            model: self.t.name(model),
+            input_tokens,
+            output_tokens,
+        };
+        self.record(start, end, step, error, what);
     }
 
-    /// A call into a plugin (`decide {agent}`, `evaluate {policy}`).
-    #[allow(clippy::too_many_arguments)]
-    pub fn plugin_call(
+    /// The agent's `decide` on step `step` (`decide {agent}`), begun at
+    /// `start` and ended now, with what it decided or its error.
+    pub fn decided(
         &self,
-        function: &'static str,
-        world: &'static str,
         plugin: &str,
         step: u32,
         start: SystemTime,
-        mut attributes: Vec<KeyValue>,
-        events: Vec<(&'static str, Vec<KeyValue>)>,
+        decision: Option<&'static str>,
         error: Option<&str>,
     ) {
-        attributes.extend([
-            KeyValue::new("keel.plugin.world", world),
-            KeyValue::new("keel.plugin.function", function),
-            KeyValue::new("keel.step.index", i64::from(step)),
-        ]);
-        self.child(
-            format!("{function} {plugin}"),
-            SpanKind::Internal,
-            start,
-            SystemTime::now(),
-            attributes,
-            events,
-            error.map_or(Outcome::Ok, Outcome::Error),
-        );
+        let what = What::Decide {
+            plugin: self.t.name(plugin),
+            decision,
+        };
+        self.record(start, SystemTime::now(), step, error, what);
+    }
+
+    /// The policy's `evaluate` on step `step` (`evaluate {policy}`), begun
+    /// at `start` and ended now, with its verdict or its error.
+    pub fn judged(
+        &self,
+        plugin: &str,
+        step: u32,
+        start: SystemTime,
+        j: Judged<'_>,
+        error: Option<&str>,
+    ) {
+        let what = What::Evaluate {
+            plugin: self.t.name(plugin),
+            tool: self.t.name(j.tool),
+            verdict: j.verdict,
+            reason: j.reason.filter(|r| !r.is_empty()).map(Box::from),
+        };
+        self.record(start, SystemTime::now(), step, error, what);
     }
 
     /// A tool call (`execute_tool {tool}`); its call id is the step's.
     pub fn tool_call(&self, tool: &str, step: u32, start: SystemTime, error: Option<&str>) {
-        let mut a = vec![
-            KeyValue::new("gen_ai.operation.name", "execute_tool"),
-            KeyValue::new("gen_ai.tool.name", tool.to_string()),
-            KeyValue::new(
-                "gen_ai.tool.call.id",
-                format!("{}:{step}", self.run_id.as_str()),
-            ),
-            KeyValue::new("keel.step.index", i64::from(step)),
-        ];
-        if error.is_some() {
-            a.push(KeyValue::new("error.type", "tool_error"));
-        }
-        self.child(
-            format!("execute_tool {tool}"),
-            SpanKind::Internal,
-            start,
-            SystemTime::now(),
-            a,
-            vec![],
-            error.map_or(Outcome::Ok, Outcome::Error),
-        );
+        let what = What::Tool {
+            tool: self.t.name(tool),
+        };
+        self.record(start, SystemTime::now(), step, error, what);
     }
 
     /// The wait for an operator's answer, from the approval's request to
     /// its answer (or expiry), as the store recorded them.
-    pub fn approval_wait(&self, a: &crate::types::Approval, status: &str, end_ms: i64) {
-        let mut attrs = vec![
-            KeyValue::new("gen_ai.tool.name", a.call.tool.clone()),
-            KeyValue::new("keel.approval.id", a.id.clone()),
-            KeyValue::new("keel.approval.status", status.to_string()),
-            KeyValue::new("keel.step.index", i64::from(a.step_index)),
-        ];
-        if let Some(by) = &a.decided_by {
-            attrs.push(KeyValue::new("keel.approval.decided_by", by.clone()));
-        }
-        self.child(
-            format!("await_approval {}", a.call.tool),
-            SpanKind::Internal,
-            at_ms(a.created_at),
-            at_ms(a.decided_at.unwrap_or(end_ms)),
-            attrs,
-            vec![(
-                "approval.answered",
-                vec![KeyValue::new("keel.approval.status", status.to_string())],
-            )],
-            Outcome::Ok,
-        );
+    pub fn approval_wait(&self, a: &Approval, status: &'static str, end_ms: i64) {
+        let what = What::Approval {
+            tool: self.t.name(&a.call.tool),
+            id: a.id.as_str().into(),
+            status,
+            decided_by: a.decided_by.as_deref().map(Box::from),
+        };
+        let (start, end) = (at_ms(a.created_at), at_ms(a.decided_at.unwrap_or(end_ms)));
+        self.record(start, end, a.step_index, None, what);
     }
 
     /// The run's own span (`invoke_agent {agent}`), from its creation to
     /// now, with its end as status. Built once, by the process that saw
     /// the run end.
     pub fn end_run(&self, run: &Run) {
-        let mut a = vec![
-            KeyValue::new("gen_ai.operation.name", "invoke_agent"),
-            KeyValue::new(
-                "gen_ai.agent.name",
-                Value::String(self.agent.clone().into()),
-            ),
-            KeyValue::new("gen_ai.conversation.id", Value::String(self.run_id.clone())),
-            KeyValue::new("keel.run.status", run.status.as_str()),
-            KeyValue::new("keel.run.steps", i64::from(run.step_count)),
-            KeyValue::new("gen_ai.usage.total_tokens", run.tokens as i64),
-        ];
-        if let Some(r) = run.reason {
-            a.push(KeyValue::new("keel.run.reason", r.as_str()));
-        }
-        FIXED_TRACE.with(|f| f.set(Some(self.trace_id)));
-        FIXED_SPAN.with(|f| f.set(Some(self.span_id)));
-        let mut span = self
-            .t
-            .tracer
-            .span_builder(format!("invoke_agent {}", self.agent))
-            .with_kind(SpanKind::Internal)
-            .with_start_time(at_ms(run.created_at))
-            .with_attributes(a)
-            .start_with_context(&self.t.tracer, &Context::new());
-        FIXED_TRACE.with(|f| f.set(None));
-        FIXED_SPAN.with(|f| f.set(None));
-        match run.status {
-            RunStatus::Completed => span.set_status(Status::Ok),
-            st => {
-                let why = run.reason.map_or(st.as_str(), |r| r.as_str());
-                span.add_event(
-                    format!("run.{st}"),
-                    vec![KeyValue::new("keel.run.reason", why)],
-                );
-                span.set_status(Status::error(format!("the run ended {st}: {why}")));
-            }
-        }
-        span.end_with_timestamp(SystemTime::now().max(at_ms(run.created_at)));
+        let what = What::Run {
+            status: run.status,
+            reason: run.reason,
+            steps: run.step_count,
+            tokens: run.tokens,
+        };
+        let start = at_ms(run.created_at);
+        self.record(start, SystemTime::now().max(start), 0, None, what);
     }
 }
 
