@@ -55,6 +55,20 @@ pub struct Store {
     read_only: bool,
 }
 
+/// Keeps each prepared statement's first plan (SQLite's query planner
+/// stability guarantee). Without it, SQLite compiles a statement again
+/// after every new binding of a value its plan could depend on (`run_id =
+/// ?1` on an index, `LIMIT ?3`), which defeats the statement cache: a
+/// cached statement is parsed and planned on each execution. Keel's
+/// statements have one good plan whatever the values.
+fn plan_once(conn: &Connection) -> Result<(), StoreError> {
+    conn.set_db_config(
+        rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG,
+        true,
+    )?;
+    Ok(())
+}
+
 impl Store {
     /// Opens (creating and migrating as needed) a store for writing.
     pub fn open(path: impl AsRef<Path>, sync: Durability) -> Result<Store, StoreError> {
@@ -95,6 +109,7 @@ impl Store {
     /// A private in-memory store (tests, benchmarks, the fan-out comparison).
     pub fn open_in_memory() -> Result<Store, StoreError> {
         let conn = Connection::open_in_memory()?;
+        plan_once(&conn)?;
         let mut store = Store {
             conn,
             path: ":memory:".into(),
@@ -128,6 +143,7 @@ impl Store {
         )
         .map_err(|e| classify_open(&path_s, e))?;
         conn.busy_timeout(Duration::from_millis(BUSY_TIMEOUT_MS))?;
+        plan_once(&conn)?;
         let store = Store {
             conn,
             path: path_s,
@@ -174,6 +190,7 @@ impl Store {
     fn configure_writer(&mut self, sync: Durability) -> Result<(), StoreError> {
         self.conn
             .busy_timeout(Duration::from_millis(BUSY_TIMEOUT_MS))?;
+        plan_once(&self.conn)?;
         // The first statement that reads the file tells a corrupt file apart.
         let mode: String = self
             .conn
@@ -935,4 +952,68 @@ fn finished_sql(statuses: &str, before: &str) -> String {
             &format!("(SELECT value FROM json_each({statuses}))"),
         )
         .replace("$BEFORE", before)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::Limits;
+
+    /// How often the connection's live statements were compiled again.
+    fn recompiled(conn: &Connection) -> i32 {
+        let mut total = 0;
+        // SAFETY: the handle is this connection's, used on this thread
+        // while the connection lives; the statements are only inspected.
+        unsafe {
+            let db = conn.handle();
+            let mut s = rusqlite::ffi::sqlite3_next_stmt(db, std::ptr::null_mut());
+            while !s.is_null() {
+                total += rusqlite::ffi::sqlite3_stmt_status(
+                    s,
+                    rusqlite::ffi::SQLITE_STMTSTATUS_REPREPARE,
+                    0,
+                );
+                s = rusqlite::ffi::sqlite3_next_stmt(db, s);
+            }
+        }
+        total
+    }
+
+    fn work(store: &mut Store) {
+        for i in 0..6 {
+            let id = format!("run_{i}");
+            let run = Run::new(&id, "g", Limits::default(), 1_000 + i);
+            store.create_run(&run, vec![]).unwrap();
+            let owner = format!("host-{i}");
+            store.acquire_lease(&id, &owner, 2_000 + i, 30_000).unwrap();
+            assert!(store.heartbeat(&id, &owner, 3_000 + i, 30_000).unwrap());
+            store.step_rows(&id).unwrap();
+            store.load_approvals(&id).unwrap();
+            store.events_after(Some(&id), i, 100 + i as u32).unwrap();
+            store.events_after(None, i, 100 + i as u32).unwrap();
+            store.list_runs(None, 10 + i as u32).unwrap();
+            store.run(&id).unwrap();
+            store.release_lease(&id, &owner).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_cached_statement_is_compiled_once_whatever_values_are_bound_to_it() {
+        let mut mem = Store::open_in_memory().unwrap();
+        work(&mut mem);
+        assert_eq!(recompiled(&mem.conn), 0, "in memory");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("k.db");
+        let mut file = Store::open(&path, Durability::Normal).unwrap();
+        work(&mut file);
+        assert_eq!(recompiled(&file.conn), 0, "the writer's connection");
+        let reader = Store::open_read_only(&path).unwrap();
+        for i in 0..6 {
+            reader.step_rows(&format!("run_{i}")).unwrap();
+            reader
+                .events_after(Some(&format!("run_{i}")), 0, 50 + i)
+                .unwrap();
+        }
+        assert_eq!(recompiled(&reader.conn), 0, "a reader's connection");
+    }
 }
