@@ -1,5 +1,5 @@
 //! The OTLP exporter's HTTP client: a blocking `ureq` agent, called on the
-//! batch processor's own thread (no async reactor is needed there), with
+//! exporter's own thread (no async reactor is needed there), with
 //! a timeout on every export. A collector that refuses, hangs or answers
 //! an error is logged at most once per interval, with how many exports
 //! failed since, never once per span.
@@ -17,13 +17,27 @@ const MAX_ANSWER_BYTES: u64 = 64 * 1024;
 #[derive(Debug)]
 pub struct BlockingClient {
     agent: ureq::Agent,
-    failures: Mutex<Failures>,
+    failures: Mutex<Throttled>,
 }
 
+/// Counts something worth a warning and says when to log it: at most once
+/// per [`LOG_INTERVAL`], with how many happened since the last line.
 #[derive(Debug, Default)]
-struct Failures {
+pub(super) struct Throttled {
     last_logged: Option<Instant>,
     unlogged: u64,
+}
+
+impl Throttled {
+    /// Counts one; `Some(count since the last line)` when a line is due.
+    pub fn note(&mut self) -> Option<u64> {
+        self.unlogged += 1;
+        if self.last_logged.is_some_and(|t| t.elapsed() < LOG_INTERVAL) {
+            return None;
+        }
+        self.last_logged = Some(Instant::now());
+        Some(std::mem::take(&mut self.unlogged))
+    }
 }
 
 impl BlockingClient {
@@ -34,22 +48,23 @@ impl BlockingClient {
                 .http_status_as_error(false)
                 .build()
                 .into(),
-            failures: Mutex::new(Failures::default()),
+            failures: Mutex::new(Throttled::default()),
         }
     }
 
     /// Logs `what` unless a failure was logged within [`LOG_INTERVAL`].
     fn failed(&self, what: &str) {
-        let mut f = self.failures.lock().unwrap_or_else(|p| p.into_inner());
-        f.unlogged += 1;
-        if f.last_logged.is_none_or(|t| t.elapsed() >= LOG_INTERVAL) {
+        let due = self
+            .failures
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .note();
+        if let Some(n) = due {
             tracing::warn!(
-                failed_exports = f.unlogged,
+                failed_exports = n,
                 "telemetry: {what}; spans are dropped until the collector answers (logged at most every {} s)",
                 LOG_INTERVAL.as_secs()
             );
-            f.last_logged = Some(Instant::now());
-            f.unlogged = 0;
         }
     }
 

@@ -7,6 +7,7 @@
 //! exporter; a full queue drops spans (counted, logged at most once per
 //! interval), so a collector that is slow or down never slows a run.
 
+use super::client::Throttled;
 use super::span::Record;
 use super::{EXPORT_BATCH, EXPORT_DELAY, LOG_INTERVAL, MAX_QUEUE};
 use opentelemetry::InstrumentationScope;
@@ -29,8 +30,7 @@ enum Stop {
 struct Pending {
     spans: Vec<Record>,
     stop: Stop,
-    dropped: u64,
-    logged: Option<Instant>,
+    dropped: Throttled,
 }
 
 /// The queue, shared by the runs (which push) and the exporter's thread.
@@ -46,8 +46,7 @@ impl Queue {
             pending: Mutex::new(Pending {
                 spans: Vec::with_capacity(MAX_QUEUE),
                 stop: Stop::No,
-                dropped: 0,
-                logged: None,
+                dropped: Throttled::default(),
             }),
             wake: Condvar::new(),
         }
@@ -65,15 +64,12 @@ impl Queue {
             return;
         }
         if p.spans.len() >= MAX_QUEUE {
-            p.dropped += 1;
-            if p.logged.is_none_or(|t| t.elapsed() >= LOG_INTERVAL) {
+            if let Some(n) = p.dropped.note() {
                 tracing::warn!(
-                    dropped_spans = p.dropped,
+                    dropped_spans = n,
                     "telemetry: the export queue is full ({MAX_QUEUE} spans); spans are dropped (logged at most every {} s)",
                     LOG_INTERVAL.as_secs()
                 );
-                p.logged = Some(Instant::now());
-                p.dropped = 0;
             }
             return;
         }
