@@ -13,9 +13,11 @@
 #   scripts/postgres.sh destroy  stop it and delete its data
 #
 # Idempotent, and quick when the cluster already runs. It listens on
-# 127.0.0.1 only (port $KEEL_PG_PORT, default 55432) and on a socket in its
-# directory, with password authentication for the two Keel roles; the
-# passwords are generated once and kept in the cluster's directory (0600).
+# 127.0.0.1 only (port $KEEL_PG_PORT, default 25432: below the kernel's
+# ephemeral range, so no outgoing connection can hold it when a test
+# restarts the server) and on a socket in its directory, with password
+# authentication for the two Keel roles; the passwords are generated once
+# and kept in the cluster's directory (0600).
 # PostgreSQL refuses to run as root: as root, the cluster is owned by the
 # `postgres` system user (or `nobody`) and run as it.
 #
@@ -23,7 +25,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 dir="${KEEL_PG_DIR:-$root/target/postgres}"
-port="${KEEL_PG_PORT:-55432}"
+port="${KEEL_PG_PORT:-25432}"
 bin=/usr/lib/postgresql/15/bin
 data="$dir/data"
 sock="$dir/socket"
@@ -157,7 +159,7 @@ case "$cmd" in
     rm -rf "$dir"
     ;;
   *)
-    sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac
