@@ -8,11 +8,12 @@ use crate::driver::{Consumers, ConsumersBuilder};
 use crate::model::{ModelProvider, OpenAiProvider, OpenAiSettings, ReplayProvider, StubProvider};
 use crate::tools::mcp::{Endpoint, McpServer, McpTools, ServerSpec};
 use crate::tools::ToolSet;
+use crate::types::ToolSpec;
 use crate::wasm::{
     EngineOptions, Plugin, ToolCaps, WasmAgent, WasmHost, WasmPolicy, WasmTools, World,
 };
 use anyhow::{anyhow, Context};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 /// Everything loaded from a config, ready to build consumers for runs.
@@ -29,6 +30,9 @@ pub struct Assembly {
     pub provider: Arc<dyn ModelProvider>,
     /// The config this was assembled from.
     pub config: Config,
+    /// Each wasm tool's specs, by `[[tools]]` index, once a first run has
+    /// loaded them: later runs make no instance just to ask again.
+    tool_specs: Vec<OnceLock<Vec<ToolSpec>>>,
 }
 
 /// Where a `[[tools]]` entry's tools come from.
@@ -107,6 +111,7 @@ pub fn assemble_with_progress(
         tools,
         provider,
         config: config.clone(),
+        tool_specs: config.tools.iter().map(|_| OnceLock::new()).collect(),
     })
 }
 
@@ -141,17 +146,37 @@ impl Assembly {
                     caps.env.push((name.clone(), v));
                 }
             }
-            let tools = WasmTools::new(
-                self.host.clone(),
-                plugin.clone(),
-                &t.config.to_string(),
-                t.limits.clone(),
-                caps,
-                t.stateful,
-                Some(wiring.events()),
-            )
-            .await
-            .with_context(|| format!("starting tool {}", plugin.name))?;
+            let config = t.config.to_string();
+            let known = self.tool_specs.get(i).and_then(|s| s.get());
+            let tools = match known {
+                Some(specs) => WasmTools::with_specs(
+                    self.host.clone(),
+                    plugin.clone(),
+                    &config,
+                    t.limits.clone(),
+                    caps,
+                    t.stateful,
+                    Some(wiring.events()),
+                    specs.clone(),
+                ),
+                None => {
+                    let tools = WasmTools::new(
+                        self.host.clone(),
+                        plugin.clone(),
+                        &config,
+                        t.limits.clone(),
+                        caps,
+                        t.stateful,
+                        Some(wiring.events()),
+                    )
+                    .await
+                    .with_context(|| format!("starting tool {}", plugin.name))?;
+                    if let Some(slot) = self.tool_specs.get(i) {
+                        let _ = slot.set(tools.specs());
+                    }
+                    tools
+                }
+            };
             let names: Vec<String> = tools.specs().into_iter().map(|s| s.name).collect();
             set.add(Arc::new(tools))
                 .map_err(|e| anyhow!("{}: {e}", plugin.name))?;
