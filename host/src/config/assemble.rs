@@ -146,37 +146,24 @@ impl Assembly {
                     caps.env.push((name.clone(), v));
                 }
             }
-            let config = t.config.to_string();
-            let known = self.tool_specs.get(i).and_then(|s| s.get());
-            let tools = match known {
-                Some(specs) => WasmTools::with_specs(
-                    self.host.clone(),
-                    plugin.clone(),
-                    &config,
-                    t.limits.clone(),
-                    caps,
-                    t.stateful,
-                    Some(wiring.events()),
-                    specs.clone(),
-                ),
-                None => {
-                    let tools = WasmTools::new(
-                        self.host.clone(),
-                        plugin.clone(),
-                        &config,
-                        t.limits.clone(),
-                        caps,
-                        t.stateful,
-                        Some(wiring.events()),
-                    )
-                    .await
-                    .with_context(|| format!("starting tool {}", plugin.name))?;
-                    if let Some(slot) = self.tool_specs.get(i) {
-                        let _ = slot.set(tools.specs());
-                    }
-                    tools
-                }
-            };
+            let slot = self.tool_specs.get(i);
+            let known = slot.and_then(|s| s.get()).cloned();
+            let loaded = known.is_none();
+            let tools = WasmTools::with_known_specs(
+                self.host.clone(),
+                plugin.clone(),
+                &t.config.to_string(),
+                t.limits.clone(),
+                caps,
+                t.stateful,
+                Some(wiring.events()),
+                known,
+            )
+            .await
+            .with_context(|| format!("starting tool {}", plugin.name))?;
+            if let (true, Some(slot)) = (loaded, slot) {
+                let _ = slot.set(tools.specs());
+            }
             let names: Vec<String> = tools.specs().into_iter().map(|s| s.name).collect();
             set.add(Arc::new(tools))
                 .map_err(|e| anyhow!("{}: {e}", plugin.name))?;

@@ -503,8 +503,37 @@ impl WasmTools {
         stateful: bool,
         sink: Option<Arc<EventSink>>,
     ) -> Result<WasmTools, ConsumerError> {
-        let mut t =
-            WasmTools::with_specs(host, plugin, config, limits, caps, stateful, sink, vec![]);
+        Self::with_known_specs(host, plugin, config, limits, caps, stateful, sink, None).await
+    }
+
+    /// [`WasmTools::new`], with the specs taken from `known` when given (an
+    /// earlier instance's [`WasmTools::specs`] for the same plugin and
+    /// config): then no instance is made until the first call.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn with_known_specs(
+        host: Arc<WasmHost>,
+        plugin: Arc<Plugin>,
+        config: &str,
+        limits: PluginLimits,
+        caps: ToolCaps,
+        stateful: bool,
+        sink: Option<Arc<EventSink>>,
+        known: Option<Vec<ToolSpec>>,
+    ) -> Result<WasmTools, ConsumerError> {
+        let mut t = WasmTools {
+            host,
+            plugin,
+            config: config.to_string(),
+            limits,
+            caps,
+            specs: vec![],
+            sink,
+            stateful: stateful.then(|| tokio::sync::Mutex::new(None)),
+        };
+        if let Some(specs) = known {
+            t.specs = specs;
+            return Ok(t);
+        }
         let (mut store, bindings) = t.instance().await?;
         arm(&mut store)?;
         let specs = bounded(deadline(&store), bindings.call_specs(&mut store)).await;
@@ -522,32 +551,6 @@ impl WasmTools {
             *slot.lock().await = Some((store, bindings));
         }
         Ok(t)
-    }
-
-    /// The tool with `specs` already known (from [`WasmTools::specs`] of
-    /// an earlier `new` with the same plugin and config): no instance is
-    /// made until the first call.
-    #[allow(clippy::too_many_arguments)]
-    pub fn with_specs(
-        host: Arc<WasmHost>,
-        plugin: Arc<Plugin>,
-        config: &str,
-        limits: PluginLimits,
-        caps: ToolCaps,
-        stateful: bool,
-        sink: Option<Arc<EventSink>>,
-        specs: Vec<ToolSpec>,
-    ) -> WasmTools {
-        WasmTools {
-            host,
-            plugin,
-            config: config.to_string(),
-            limits,
-            caps,
-            specs,
-            sink,
-            stateful: stateful.then(|| tokio::sync::Mutex::new(None)),
-        }
     }
 
     async fn instance(&self) -> Result<(Store<HostState>, tool::Tool), ConsumerError> {
