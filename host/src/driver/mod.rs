@@ -277,13 +277,28 @@ impl Runtime {
     /// whatever the number of processes on the store. Drive each with
     /// [`Runtime::drive_claimed`] before its lease runs out.
     pub async fn claim(&self, limit: u32) -> Result<Vec<Run>, DriverError> {
-        let (ids, ttl) = (self.ids.clone(), self.lease_ttl_ms);
         let now = self.clock.now_ms();
-        let rule: crate::store::ClaimRule = Arc::new(move |run: &Run| {
+        Ok(self.store.claim(now, limit, self.claim_rule(now)).await?)
+    }
+
+    /// [`Runtime::claim`] for the runs `run_ids` names only: those of them
+    /// that need a driver now (a run this process just submitted, or whose
+    /// approval it answered), found by id instead of by a search.
+    pub async fn claim_runs(&self, run_ids: &[String]) -> Result<Vec<Run>, DriverError> {
+        let now = self.clock.now_ms();
+        Ok(self
+            .store
+            .claim_runs(now, run_ids, self.claim_rule(now))
+            .await?)
+    }
+
+    /// Each claimed run's lease, under an owner of its own.
+    fn claim_rule(&self, now: i64) -> crate::store::ClaimRule {
+        let (ids, ttl) = (self.ids.clone(), self.lease_ttl_ms);
+        Arc::new(move |run: &Run| {
             let owner = crate::store::lease::owner_id(&ids.next("lease"));
             operator::lease_transition(run, &owner, now, ttl, None)
-        });
-        Ok(self.store.claim(now, limit, rule).await?)
+        })
     }
 
     /// Drives a run this runtime claimed ([`Runtime::claim`]) on, as

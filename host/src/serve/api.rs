@@ -48,8 +48,8 @@ pub struct Api {
     pub configs: BTreeMap<String, RunConfig>,
     /// The largest request body, in bytes.
     pub max_body: usize,
-    /// Wakes this process's claimer when a request made a run claimable.
-    pub work: Arc<tokio::sync::Notify>,
+    /// Tells this process's claimer of each run a request made claimable.
+    pub work: Arc<super::Work>,
 }
 
 /// The name of the server's own config among `Api::configs`.
@@ -286,7 +286,7 @@ async fn create_run(
     })
     .to_string();
     let run = api.rt.submit(&new.goal, cfg.limits.clone(), &meta).await?;
-    api.work.notify_one();
+    api.work.add(&run.id);
     Ok(json(StatusCode::CREATED, run))
 }
 
@@ -459,7 +459,7 @@ async fn decide(
     };
     match out {
         Ok(a) => {
-            api.work.notify_one();
+            api.work.add(&a.run_id);
             Ok(json(StatusCode::OK, a))
         }
         Err(e @ StoreError::Refused(_)) => Err(ApiError::new(

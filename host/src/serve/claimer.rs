@@ -4,6 +4,7 @@
 //! config recorded with the run, at most `max_runs` at once, until told to
 //! stop.
 
+use super::work::{Next, Work};
 use crate::config::{assemble, Assembly, Config};
 use crate::driver::{DriverError, Runtime};
 use crate::types::{Run, RunStatus};
@@ -67,9 +68,10 @@ pub struct Server {
     opts: ServeOptions,
     /// Plugins compiled once per config file.
     assemblies: HashMap<PathBuf, Arc<Assembly>>,
-    /// Told when this process made a run claimable (submitted it, answered
-    /// its approval): the server claims at once instead of at its next poll.
-    work: Arc<tokio::sync::Notify>,
+    /// The runs this process made claimable (submitted them, answered
+    /// their approval): the server claims them at once, by id, instead of
+    /// finding them at its next poll.
+    work: Arc<Work>,
 }
 
 impl Server {
@@ -79,12 +81,13 @@ impl Server {
             rt,
             opts,
             assemblies: HashMap::new(),
-            work: Arc::new(tokio::sync::Notify::new()),
+            work: Work::new(),
         }
     }
 
-    /// Claims as soon as `work` is notified, as well as every poll.
-    pub fn woken_by(mut self, work: Arc<tokio::sync::Notify>) -> Server {
+    /// Claims each run added to `work` as soon as it is added, as well as
+    /// whatever each poll finds.
+    pub fn woken_by(mut self, work: Arc<Work>) -> Server {
         self.work = work;
         self
     }
@@ -102,18 +105,29 @@ impl Server {
         let work = self.work.clone();
         tokio::pin!(stop);
         // Whether the store may hold claimable runs not yet asked for: at
-        // start, after a claim that filled every slot it was offered, when
-        // this process made work (the API's notice), and at every poll
-        // (other processes' work, expired leases and approvals, retry
-        // times). A run ending frees a slot but makes nothing claimable,
-        // so it alone does not send the claim query to the store.
+        // start, after a search that filled every slot it was offered, and
+        // at every poll (other processes' work, expired leases and
+        // approvals, retry times). The runs this process made claimable
+        // come by id from `work` and need no search. A run ending frees a
+        // slot but makes nothing claimable, so it alone does not send the
+        // search to the store.
         let mut look = true;
         let mut next_poll = tokio::time::Instant::now() + self.opts.poll;
         loop {
             while live.try_join_next().is_some() {}
             let free = self.opts.max_runs.saturating_sub(live.len());
             let mut claimed = Vec::new();
+            let mut made = Vec::new();
+            if free > 0 && !look {
+                match work.take(free) {
+                    Next::Runs(ids) => made = ids,
+                    Next::Search => look = true,
+                }
+            }
             if free > 0 && look {
+                // The search finds every run made so far that still
+                // needs a driver.
+                work.searching();
                 let asked = u32::try_from(free).unwrap_or(u32::MAX);
                 match self.rt.claim(asked).await {
                     Ok(runs) => {
@@ -122,6 +136,15 @@ impl Server {
                     }
                     Err(e) => {
                         look = false;
+                        tracing::warn!(error = %e, "claiming runs failed; trying again at the next poll")
+                    }
+                }
+            } else if !made.is_empty() {
+                match self.rt.claim_runs(&made).await {
+                    Ok(runs) => claimed = runs,
+                    Err(e) => {
+                        // A search finds them.
+                        look = true;
                         tracing::warn!(error = %e, "claiming runs failed; trying again at the next poll")
                     }
                 }
@@ -146,7 +169,7 @@ impl Server {
                     look = true;
                     next_poll = tokio::time::Instant::now() + self.opts.poll;
                 }
-                () = work.notified() => look = true,
+                () = work.added() => {}
             }
         }
         // Each live run stops at its next step boundary and gives its

@@ -11,6 +11,7 @@ mod events;
 mod http;
 mod metrics;
 mod page;
+mod work;
 
 pub use api::{RunConfig, DEFAULT_CONFIG, MAX_NOTE_BYTES, MAX_PAGE};
 pub use auth::{Caller, Role, Tokens, TokensFileError, LOCAL_OPERATOR};
@@ -19,6 +20,7 @@ pub use error::ApiError;
 pub use events::ends_run;
 pub use http::{raise_fd_limit, HttpOptions};
 pub use metrics::Metrics;
+pub use work::Work;
 
 use crate::driver::Runtime;
 use crate::store::{RunReader, RunStore};
@@ -84,7 +86,7 @@ pub async fn run(
         None => rt,
     };
     let follower = tokio::spawn(hub.clone().follow(reader.clone(), FOLLOW_POLL));
-    let work = Arc::new(tokio::sync::Notify::new());
+    let work = Work::new();
     let (closing, closed) = tokio::sync::watch::channel(false);
     let open_to_all = |w: &Web| {
         w.tokens.is_none() && !w.listener.local_addr().is_ok_and(|a| a.ip().is_loopback())

@@ -311,6 +311,16 @@ pub trait RunStore: RunReader {
     /// handed to two claimers. A run for which `rule` refuses is skipped.
     /// PostgreSQL passes over rows another claimer holds locked.
     async fn claim(&self, now: i64, limit: u32, rule: ClaimRule) -> Result<Vec<Run>, StoreError>;
+    /// [`RunStore::claim`] for the runs `ids` names only (the ones this
+    /// process just made claimable): each that is claimable now is taken,
+    /// the others (gone, leased, still waiting) are passed over. A lookup
+    /// by id, where `claim` searches every run that may need a driver.
+    async fn claim_runs(
+        &self,
+        now: i64,
+        ids: &[String],
+        rule: ClaimRule,
+    ) -> Result<Vec<Run>, StoreError>;
     /// Deletes each of `runs` with everything it owns (steps, approvals,
     /// events, model calls), in one transaction, if it is still one of the
     /// runs `q` selects and its journal is still as long as it was read.

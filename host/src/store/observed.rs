@@ -147,6 +147,18 @@ impl<O: CommitObserver> RunStore for Observed<O> {
         }
         Ok(runs)
     }
+    async fn claim_runs(
+        &self,
+        now: i64,
+        ids: &[String],
+        rule: ClaimRule,
+    ) -> Result<Vec<Run>, StoreError> {
+        let runs = self.inner.claim_runs(now, ids, rule).await?;
+        if !runs.is_empty() {
+            self.observer.claimed(&runs);
+        }
+        Ok(runs)
+    }
     async fn delete_runs(
         &self,
         runs: &[crate::store::Doomed],

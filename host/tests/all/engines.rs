@@ -26,6 +26,7 @@ on_both_engines!(
     claimers_in_three_processes_drive_every_run_once,
     a_follower_reading_by_number_misses_no_event_of_two_writers,
     a_run_claimed_long_before_it_is_driven_is_driven_under_a_renewed_lease,
+    a_claim_by_id_takes_only_the_named_runs_that_need_a_driver,
     verify_finds_every_kind_of_tampering_and_passes_an_untouched_journal,
     a_write_prepared_from_an_older_run_row_links_its_events_after_the_stored_head,
     prune_removes_finished_runs_whole_and_leaves_every_other_run_verifiable,
@@ -835,6 +836,59 @@ async fn a_run_claimed_long_before_it_is_driven_is_driven_under_a_renewed_lease(
             during.lease_expires
         );
     }
+}
+
+/// A claim by id (what `keel serve` does for the runs its API just made
+/// claimable) takes each named run that needs a driver, once, and passes
+/// over a run another claimer holds, one still waiting for its approval,
+/// and an id no run has.
+async fn a_claim_by_id_takes_only_the_named_runs_that_need_a_driver(s: TestStore) {
+    let store = s.open().await;
+    let rt = Runtime::on(store.clone()).with_lease_ttl_ms(30_000);
+    let other = Runtime::on(store.clone()).with_lease_ttl_ms(30_000);
+    let free = rt.submit("free", Limits::default(), "{}").await.unwrap();
+    let held = rt.submit("held", Limits::default(), "{}").await.unwrap();
+    let taken = other
+        .claim_runs(std::slice::from_ref(&held.id))
+        .await
+        .unwrap();
+    assert_eq!(taken.len(), 1, "{taken:?}");
+    let n = Arc::new(Mutex::new(0));
+    let tool = counting_tool("ask_c", Effect::Destructive, n.clone());
+    let (c, _) = consumers(vec![call("ask_c", r#"{"n":4}"#)], vec![tool]);
+    let paused = rt.start("waits", Limits::default(), "{}", c).await.unwrap();
+    assert_eq!(paused.run.status, RunStatus::WaitingForApproval);
+    let waiting = paused.run.id.clone();
+    let asked = [
+        free.id.clone(),
+        held.id.clone(),
+        waiting.clone(),
+        "run_that_never_was".to_string(),
+        free.id.clone(),
+    ];
+    let claimed = rt.claim_runs(&asked).await.unwrap();
+    let ids: Vec<&str> = claimed.iter().map(|r| r.id.as_str()).collect();
+    assert_eq!(ids, [free.id.as_str()], "only the free run, once");
+    let row = store.run(&free.id).await.unwrap();
+    assert_eq!(row.lease_owner, claimed[0].lease_owner);
+    assert!(row.lease_owner.is_some());
+    assert_eq!(
+        store.run(&held.id).await.unwrap().lease_owner,
+        taken[0].lease_owner,
+        "the other claimer keeps its run"
+    );
+    assert!(
+        rt.claim_runs(&asked).await.unwrap().is_empty(),
+        "nothing is taken twice"
+    );
+    rt.operator()
+        .approve(&paused.pending.unwrap().id, "ops", None)
+        .await
+        .unwrap();
+    let answered = rt.claim_runs(std::slice::from_ref(&waiting)).await.unwrap();
+    assert_eq!(answered.len(), 1, "an answered approval's run is claimed");
+    assert!(rt.claim_runs(&[]).await.unwrap().is_empty());
+    assert_eq!(*n.lock().unwrap(), 0, "a claim runs no tool");
 }
 
 /// Drives [`tour`] on `rt`: a run with an allowed, a denied and an

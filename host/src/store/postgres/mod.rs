@@ -123,6 +123,15 @@ static CLAIM: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
+/// [`CLAIM`] for the runs whose ids are `$2` only.
+static CLAIM_RUNS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT {} FROM runs WHERE id = ANY($2) AND {} FOR UPDATE SKIP LOCKED",
+        rows::RUN_COLUMNS,
+        super::CLAIMABLE_SQL.replace("$NOW", "$1")
+    )
+});
+
 /// A PostgreSQL store: cloneable, shared by the runs of a process.
 #[derive(Clone)]
 pub struct PgStore {
@@ -511,22 +520,15 @@ impl RunStore for PgStore {
         Ok(())
     }
     async fn claim(&self, now: i64, limit: u32, rule: ClaimRule) -> Result<Vec<Run>, StoreError> {
-        if self.inner.writer.is_none() {
-            return Err(StoreError::ReadOnly);
-        }
-        let c = self.inner.pool.get().await?;
-        c.batch("BEGIN").await?;
-        let done = claim_locked(&c, now, limit, &rule).await;
-        match done {
-            Ok(runs) => {
-                c.batch("COMMIT").await?;
-                Ok(runs)
-            }
-            Err(e) => {
-                let _ = c.batch("ROLLBACK").await;
-                Err(e)
-            }
-        }
+        self.claim_where(now, Wanted::Any(limit), &rule).await
+    }
+    async fn claim_runs(
+        &self,
+        now: i64,
+        ids: &[String],
+        rule: ClaimRule,
+    ) -> Result<Vec<Run>, StoreError> {
+        self.claim_where(now, Wanted::Runs(ids), &rule).await
     }
     async fn delete_runs(
         &self,
@@ -557,6 +559,46 @@ impl RunStore for PgStore {
             transactions: c.transactions.load(Ordering::Relaxed),
             inline: 0,
             busy: std::time::Duration::from_nanos(c.busy_ns.load(Ordering::Relaxed)),
+        }
+    }
+}
+
+/// Which runs a claim looks at.
+enum Wanted<'a> {
+    /// The first this many that need a driver, oldest first.
+    Any(u32),
+    /// These, each if it needs a driver.
+    Runs(&'a [String]),
+}
+
+impl PgStore {
+    /// One claim's transaction ([`RunStore::claim`], [`RunStore::claim_runs`]).
+    async fn claim_where(
+        &self,
+        now: i64,
+        wanted: Wanted<'_>,
+        rule: &ClaimRule,
+    ) -> Result<Vec<Run>, StoreError> {
+        if self.inner.writer.is_none() {
+            return Err(StoreError::ReadOnly);
+        }
+        let c = self.inner.pool.get().await?;
+        // A claim moves only leases: its commit need not wait for the
+        // server's WAL flush. The claimed run's first transition waits for
+        // a flush that covers the claim too, before the run does anything
+        // that lasts; a server crash that loses the claim fails that
+        // transition's compare-and-set instead (`docs/guarantees.md`).
+        c.batch("BEGIN; SET LOCAL synchronous_commit = off").await?;
+        let done = claim_locked(&c, now, wanted, rule).await;
+        match done {
+            Ok(runs) => {
+                c.batch("COMMIT").await?;
+                Ok(runs)
+            }
+            Err(e) => {
+                let _ = c.batch("ROLLBACK").await;
+                Err(e)
+            }
         }
     }
 }
@@ -602,10 +644,13 @@ async fn delete_locked(
 async fn claim_locked(
     c: &Conn,
     now: i64,
-    limit: u32,
+    wanted: Wanted<'_>,
     rule: &ClaimRule,
 ) -> Result<Vec<Run>, StoreError> {
-    let rows = c.query(CLAIM.as_str(), &[&now, &i64::from(limit)]).await?;
+    let rows = match wanted {
+        Wanted::Any(limit) => c.query(CLAIM.as_str(), &[&now, &i64::from(limit)]).await?,
+        Wanted::Runs(ids) => c.query(CLAIM_RUNS.as_str(), &[&now, &ids]).await?,
+    };
     let mut prepared = Vec::new();
     for r in &rows {
         let run = read_run(r)?;

@@ -37,6 +37,14 @@ pub const BUSY_TIMEOUT_MS: u64 = 5_000;
 /// once when a store is opened after a crash.
 pub const WAL_CHECKPOINT_PAGES: u32 = 16_000;
 
+/// Which runs a claim looks at.
+enum Wanted<'a> {
+    /// The first this many that need a driver, oldest first.
+    Any(u32),
+    /// These, each if it needs a driver.
+    Runs(&'a [String]),
+}
+
 /// How commits reach the disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Durability {
@@ -53,6 +61,8 @@ pub struct Store {
     conn: Connection,
     path: String,
     read_only: bool,
+    /// How this connection's commits reach the disk, as opened.
+    sync: Durability,
 }
 
 /// Keeps each prepared statement's first plan (SQLite's query planner
@@ -86,6 +96,7 @@ impl Store {
             conn,
             path: path_s,
             read_only: false,
+            sync,
         };
         // Processes opening a new store at once contend for the switch to
         // WAL and for the migration, and SQLite answers some of those
@@ -114,6 +125,7 @@ impl Store {
             conn,
             path: ":memory:".into(),
             read_only: false,
+            sync: Durability::Normal,
         };
         store
             .conn
@@ -148,6 +160,7 @@ impl Store {
             conn,
             path: path_s,
             read_only: true,
+            sync: Durability::Full,
         };
         let (app, version) = store.identity()?;
         if version == 0 {
@@ -737,29 +750,64 @@ impl Store {
         rule: &crate::store::ClaimRule,
     ) -> Result<Vec<Run>, StoreError> {
         self.writable()?;
+        self.lease_only(|s| s.claim_in_tx(now, Wanted::Any(limit), rule))
+    }
+
+    /// [`Store::claim`] for the runs `ids` names only (see
+    /// [`crate::store::RunStore::claim_runs`]).
+    pub fn claim_runs(
+        &mut self,
+        now: i64,
+        ids: &[String],
+        rule: &crate::store::ClaimRule,
+    ) -> Result<Vec<Run>, StoreError> {
+        self.writable()?;
+        self.lease_only(|s| s.claim_in_tx(now, Wanted::Runs(ids), rule))
+    }
+
+    fn claim_in_tx(
+        &mut self,
+        now: i64,
+        wanted: Wanted<'_>,
+        rule: &crate::store::ClaimRule,
+    ) -> Result<Vec<Run>, StoreError> {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let found = {
-            // The first two conditions follow from CLAIMABLE_SQL and
-            // are spelled as the `runs_claim` index is, so that only runs
-            // whose lease is free are read.
-            let sql = format!(
-                "SELECT {RUN_COLUMNS} FROM runs
-                 WHERE status IN ('running', 'parked', 'waiting_for_approval')
-                   AND (CASE WHEN lease_owner IS NULL THEN 0 ELSE COALESCE(lease_expires, 0) END) <= ?1
-                   AND {}
-                 ORDER BY updated_at, id LIMIT ?2",
-                crate::store::CLAIMABLE_SQL.replace("$NOW", "?1")
-            );
-            let mut stmt = tx.prepare_cached(&sql)?;
-            let mut rows = stmt.query(params![now, limit])?;
-            let mut out = Vec::new();
-            while let Some(r) = rows.next()? {
-                out.push(read_run(r)?);
+        let claimable = crate::store::CLAIMABLE_SQL.replace("$NOW", "?1");
+        let mut found = Vec::new();
+        match wanted {
+            Wanted::Any(limit) => {
+                // The first two conditions follow from CLAIMABLE_SQL and
+                // are spelled as the `runs_claim` index is, so that only
+                // runs whose lease is free are read.
+                let sql = format!(
+                    "SELECT {RUN_COLUMNS} FROM runs
+                     WHERE status IN ('running', 'parked', 'waiting_for_approval')
+                       AND (CASE WHEN lease_owner IS NULL THEN 0 ELSE COALESCE(lease_expires, 0) END) <= ?1
+                       AND {claimable}
+                     ORDER BY updated_at, id LIMIT ?2"
+                );
+                let mut stmt = tx.prepare_cached(&sql)?;
+                let mut rows = stmt.query(params![now, limit])?;
+                while let Some(r) = rows.next()? {
+                    found.push(read_run(r)?);
+                }
             }
-            out
-        };
+            Wanted::Runs(ids) => {
+                let sql = format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = ?2 AND {claimable}");
+                let mut stmt = tx.prepare_cached(&sql)?;
+                let mut seen = std::collections::HashSet::new();
+                for id in ids.iter().filter(|id| seen.insert(id.as_str())) {
+                    if let Some(run) = stmt
+                        .query_row(params![now, id], |r| Ok(read_run(r)))
+                        .optional()?
+                    {
+                        found.push(run?);
+                    }
+                }
+            }
+        }
         let mut claimed = Vec::new();
         {
             let mut stmts = apply::Statements::new(&tx);
@@ -772,6 +820,28 @@ impl Store {
         }
         tx.commit()?;
         Ok(claimed)
+    }
+
+    /// Runs `write`, a transaction that moves only leases (and may record
+    /// a lease's take-over), without syncing its commit: a crash of the
+    /// process keeps a WAL commit, and the run's next transition, which
+    /// comes before anything the run does that lasts, syncs the log and
+    /// this commit with it. Only a power loss can undo the lease, and it
+    /// also ends every process that held it (`docs/guarantees.md`).
+    fn lease_only<R>(
+        &mut self,
+        write: impl FnOnce(&mut Store) -> Result<R, StoreError>,
+    ) -> Result<R, StoreError> {
+        if self.sync == Durability::Normal {
+            return write(self);
+        }
+        // SQLite changes the setting between transactions only.
+        self.conn.execute_batch("PRAGMA synchronous=NORMAL")?;
+        let out = write(self);
+        let restored = self.conn.execute_batch("PRAGMA synchronous=FULL");
+        let out = out?;
+        restored?;
+        Ok(out)
     }
 
     /// Number of model calls recorded for a run.
@@ -828,20 +898,23 @@ impl Store {
         ttl_ms: i64,
     ) -> Result<bool, StoreError> {
         self.writable()?;
-        let n = self
-            .conn
-            .prepare_cached("UPDATE runs SET lease_expires=?3 WHERE id=?1 AND lease_owner=?2")?
-            .execute(params![run_id, owner, now + ttl_ms])?;
+        let n = self.lease_only(|s| {
+            Ok(s.conn
+                .prepare_cached("UPDATE runs SET lease_expires=?3 WHERE id=?1 AND lease_owner=?2")?
+                .execute(params![run_id, owner, now + ttl_ms])?)
+        })?;
         Ok(n == 1)
     }
 
     /// Gives the lease up (the loop returns: paused, finished or stopped).
     pub fn release_lease(&mut self, run_id: &str, owner: &str) -> Result<(), StoreError> {
         self.writable()?;
-        self.conn
-            .prepare_cached("UPDATE runs SET lease_owner=NULL, lease_expires=NULL WHERE id=?1 AND lease_owner=?2")?
-            .execute(params![run_id, owner])?;
-        Ok(())
+        self.lease_only(|s| {
+            s.conn
+                .prepare_cached("UPDATE runs SET lease_owner=NULL, lease_expires=NULL WHERE id=?1 AND lease_owner=?2")?
+                .execute(params![run_id, owner])?;
+            Ok(())
+        })
     }
 
     /// Cancels a run from any process, settling the step it is in and
@@ -1015,5 +1088,37 @@ mod tests {
                 .unwrap();
         }
         assert_eq!(recompiled(&reader.conn), 0, "a reader's connection");
+    }
+
+    /// SQLite's `synchronous` setting on the writer's connection (2: FULL).
+    fn synchronous(store: &Store) -> i64 {
+        store
+            .conn
+            .query_row("PRAGMA synchronous", [], |r| r.get(0))
+            .unwrap()
+    }
+
+    #[test]
+    fn lease_only_writes_leave_every_later_commit_synced() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(dir.path().join("k.db"), Durability::Full).unwrap();
+        assert_eq!(synchronous(&store), 2);
+        for i in 0..3 {
+            let run = Run::new(&format!("run_{i}"), "g", Limits::default(), 1_000 + i);
+            store.create_run(&run, vec![]).unwrap();
+        }
+        let rule: crate::store::ClaimRule = std::sync::Arc::new(|run: &Run| {
+            crate::driver::operator::lease_transition(run, "host-1", 2_000, 30_000, None)
+        });
+        let claimed = store.claim(2_000, 2, &rule).unwrap();
+        assert_eq!(claimed.len(), 2);
+        assert_eq!(synchronous(&store), 2, "after a claim");
+        assert!(store.heartbeat("run_0", "host-1", 3_000, 30_000).unwrap());
+        assert_eq!(synchronous(&store), 2, "after a heartbeat");
+        store.release_lease("run_0", "host-1").unwrap();
+        assert_eq!(synchronous(&store), 2, "after a release");
+        // A claim that finds nothing to take still sets it back.
+        store.claim(2_000, 0, &rule).unwrap();
+        assert_eq!(synchronous(&store), 2, "after an empty claim");
     }
 }

@@ -351,6 +351,15 @@ impl crate::store::RunStore for StoreHandle {
     ) -> Result<Vec<Run>, StoreError> {
         self.with(move |s| s.claim(now, limit, &rule)).await?
     }
+    async fn claim_runs(
+        &self,
+        now: i64,
+        ids: &[String],
+        rule: crate::store::ClaimRule,
+    ) -> Result<Vec<Run>, StoreError> {
+        let ids = ids.to_vec();
+        self.with(move |s| s.claim_runs(now, &ids, &rule)).await?
+    }
     async fn delete_runs(
         &self,
         runs: &[crate::store::Doomed],
