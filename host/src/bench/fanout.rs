@@ -263,7 +263,16 @@ pub(crate) fn check_map_count(instances: u32) -> anyhow::Result<()> {
 }
 
 /// Opens the fresh store a bench journals to, and names it for the report.
-pub(crate) async fn open_store(mode: &StoreMode) -> anyhow::Result<(Arc<dyn RunStore>, String)> {
+/// Opens the bench's store; `inline` as [`crate::store::OpenOptions::inline_commits`].
+pub(crate) async fn open_store(
+    mode: &StoreMode,
+    inline: bool,
+) -> anyhow::Result<(Arc<dyn RunStore>, String)> {
+    let spawn = if inline {
+        StoreHandle::spawn
+    } else {
+        StoreHandle::spawn_queued_only
+    };
     Ok(match mode {
         StoreMode::Durable { path, sync } => {
             if path.exists() {
@@ -275,12 +284,12 @@ pub(crate) async fn open_store(mode: &StoreMode) -> anyhow::Result<(Arc<dyn RunS
             let store =
                 Store::open(path, *sync).with_context(|| format!("opening {}", path.display()))?;
             (
-                Arc::new(StoreHandle::spawn(store)),
+                Arc::new(spawn(store)),
                 format!("sqlite {sync:?} ({})", path.display()),
             )
         }
         StoreMode::Memory => (
-            Arc::new(StoreHandle::spawn(Store::open_in_memory()?)),
+            Arc::new(spawn(Store::open_in_memory()?)),
             "sqlite in-memory".to_string(),
         ),
         StoreMode::Postgres(url) => {
@@ -361,7 +370,7 @@ pub(super) async fn prepare(opts: &FanoutOptions, floor: bool) -> anyhow::Result
         },
     });
 
-    let (store, label) = open_store(&opts.store).await?;
+    let (store, label) = open_store(&opts.store, true).await?;
     let runtime = Runtime::on(store.clone());
     let runtime = match &opts.otlp_endpoint {
         Some(url) => runtime.with_telemetry(Arc::new(

@@ -515,7 +515,8 @@ pub async fn run(opts: &ServeBenchOptions) -> anyhow::Result<ServeBenchReport> {
             )
         })
         .collect();
-    let (inner, label) = open_store(&opts.store).await?;
+    // As `keel serve` opens it: every commit on the writer thread.
+    let (inner, label) = open_store(&opts.store, false).await?;
     let clock = Arc::new(Observed::new(inner, CommitClock::default()));
     let store: Arc<dyn RunStore> = clock.clone();
     // As `keel serve` does: reads for the API on a connection of their own

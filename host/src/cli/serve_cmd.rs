@@ -77,7 +77,13 @@ pub async fn serve(args: ServeArgs, store_flag: Option<String>) -> anyhow::Resul
         Some(c) => run_configs(c, args.config.as_deref().unwrap_or(Path::new("")))?,
         None => BTreeMap::new(),
     };
-    let store = opening(&loc, crate::store::open(&loc, OpenOptions::default()).await)?;
+    // Commits never on a tokio worker: they answer requests and feed
+    // event streams, which must not wait on a sync.
+    let open = OpenOptions {
+        inline_commits: false,
+        ..OpenOptions::default()
+    };
+    let store = opening(&loc, crate::store::open(&loc, open).await)?;
     let reader = opening(&loc, crate::store::open_reader(&loc).await)?;
     crate::serve::raise_fd_limit();
     let listener = tokio::net::TcpListener::bind(addr)

@@ -99,6 +99,10 @@ pub struct OpenOptions {
     /// it a missing file is [`StoreError::Missing`]. A PostgreSQL database
     /// must exist; its tables are created on first use either way.
     pub create: bool,
+    /// Let a write commit on its caller's thread while the SQLite writer
+    /// is idle (saves a thread hop for `keel run`); `keel serve` turns it
+    /// off so that its async workers never wait on a sync.
+    pub inline_commits: bool,
 }
 
 impl Default for OpenOptions {
@@ -106,6 +110,7 @@ impl Default for OpenOptions {
         OpenOptions {
             sync: Durability::Full,
             create: true,
+            inline_commits: true,
         }
     }
 }
@@ -121,7 +126,11 @@ pub async fn open(loc: &Location, opts: OpenOptions) -> Result<Arc<dyn RunStore>
                 });
             }
             let store = Store::open(p, opts.sync)?;
-            Ok(Arc::new(StoreHandle::spawn(store)))
+            Ok(Arc::new(if opts.inline_commits {
+                StoreHandle::spawn(store)
+            } else {
+                StoreHandle::spawn_queued_only(store)
+            }))
         }
         Location::Postgres(url) => Ok(Arc::new(PgStore::open(url, true).await?)),
     }

@@ -100,6 +100,39 @@ async fn a_lone_run_commits_without_the_writer_thread() {
     assert_eq!(store.load_steps(&out.run.id).unwrap().len(), 3);
 }
 
+/// A store opened as `keel serve` opens it commits every write on the
+/// writer thread, even a lone run's on an idle store, so that the async
+/// workers that answer requests and feed event streams never wait on a
+/// sync. Nothing of the run is lost for that. SQLite only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_opened_for_serving_commits_only_on_the_writer_thread() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("keel.db");
+    let opts = keel::store::OpenOptions {
+        inline_commits: false,
+        ..Default::default()
+    };
+    let loc = keel::store::Location::File(db.clone());
+    let store = keel::store::open(&loc, opts).await.unwrap();
+    let rt = Runtime::on(store.clone());
+    let n = Arc::new(Mutex::new(0));
+    let (c, _rig) = consumers(
+        vec![
+            call("echo", r#"{"i":1}"#),
+            Decision::Complete("true".into()),
+        ],
+        vec![counting_tool("echo", Effect::ReadOnly, n)],
+    );
+    let out = rt.start("g", Limits::default(), "{}", c).await.unwrap();
+    assert_eq!(out.run.status, RunStatus::Completed);
+    let stats = store.writer_stats();
+    assert!(stats.transactions > 0, "{stats:?}");
+    assert_eq!(stats.inline, 0, "{stats:?}");
+    let read = Store::open_read_only(&db).unwrap();
+    let k = kinds(&read, &out.run.id);
+    assert_eq!(k.last().map(String::as_str), Some("run.completed"));
+}
+
 /// Writes that occupy the store's writers while a group queues behind
 /// them (a writer thread or task takes what has queued when it is free).
 const BLOCKERS: u64 = 2;

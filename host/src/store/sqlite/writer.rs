@@ -48,6 +48,9 @@ struct Shared {
     /// Jobs sent to the writer thread and not yet done by it.
     queued: AtomicUsize,
     counters: Counters,
+    /// Whether a caller may commit on its own thread while the writer is
+    /// idle ([`StoreHandle::spawn_queued_only`] says why not).
+    inline: bool,
 }
 
 impl Shared {
@@ -59,7 +62,7 @@ impl Shared {
 
     /// The store if it is idle: nothing queued and nobody holding it.
     fn try_idle(&self) -> Option<MutexGuard<'_, Store>> {
-        if self.queued.load(Ordering::Acquire) != 0 {
+        if !self.inline || self.queued.load(Ordering::Acquire) != 0 {
             return None;
         }
         match self.store.try_lock() {
@@ -93,11 +96,24 @@ impl Counters {
 impl StoreHandle {
     /// Moves `store` onto a new writer thread.
     pub fn spawn(store: Store) -> StoreHandle {
+        Self::spawn_with(store, true)
+    }
+
+    /// Like [`StoreHandle::spawn`], but every write goes through the
+    /// writer thread, even when it is idle: for a process whose async
+    /// workers also answer requests and feed event streams (`keel
+    /// serve`), which must not wait on a commit's sync.
+    pub fn spawn_queued_only(store: Store) -> StoreHandle {
+        Self::spawn_with(store, false)
+    }
+
+    fn spawn_with(store: Store, inline: bool) -> StoreHandle {
         let (tx, rx) = mpsc::channel::<Job>();
         let shared = Arc::new(Shared {
             store: Mutex::new(store),
             queued: AtomicUsize::new(0),
             counters: Counters::default(),
+            inline,
         });
         let theirs = shared.clone();
         std::thread::Builder::new()
