@@ -262,17 +262,12 @@ pub(crate) fn check_map_count(instances: u32) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Opens the fresh store a bench journals to, and names it for the report.
-/// Opens the bench's store; `inline` as [`crate::store::OpenOptions::inline_commits`].
+/// Opens the fresh store a bench journals to, and names it for the report;
+/// `inline` as [`crate::store::OpenOptions::inline_commits`].
 pub(crate) async fn open_store(
     mode: &StoreMode,
     inline: bool,
 ) -> anyhow::Result<(Arc<dyn RunStore>, String)> {
-    let spawn = if inline {
-        StoreHandle::spawn
-    } else {
-        StoreHandle::spawn_queued_only
-    };
     Ok(match mode {
         StoreMode::Durable { path, sync } => {
             if path.exists() {
@@ -284,12 +279,12 @@ pub(crate) async fn open_store(
             let store =
                 Store::open(path, *sync).with_context(|| format!("opening {}", path.display()))?;
             (
-                Arc::new(spawn(store)),
+                Arc::new(StoreHandle::spawn_with(store, inline)),
                 format!("sqlite {sync:?} ({})", path.display()),
             )
         }
         StoreMode::Memory => (
-            Arc::new(spawn(Store::open_in_memory()?)),
+            Arc::new(StoreHandle::spawn_with(Store::open_in_memory()?, inline)),
             "sqlite in-memory".to_string(),
         ),
         StoreMode::Postgres(url) => {

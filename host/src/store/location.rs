@@ -126,11 +126,10 @@ pub async fn open(loc: &Location, opts: OpenOptions) -> Result<Arc<dyn RunStore>
                 });
             }
             let store = Store::open(p, opts.sync)?;
-            Ok(Arc::new(if opts.inline_commits {
-                StoreHandle::spawn(store)
-            } else {
-                StoreHandle::spawn_queued_only(store)
-            }))
+            Ok(Arc::new(StoreHandle::spawn_with(
+                store,
+                opts.inline_commits,
+            )))
         }
         Location::Postgres(url) => Ok(Arc::new(PgStore::open(url, true).await?)),
     }

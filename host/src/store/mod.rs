@@ -32,6 +32,14 @@ use crate::types::*;
 // What a run records, written here but made by the loop and its consumers.
 pub use crate::types::{ModelCallRecord, NewEvent};
 
+/// Which runs a claim looks at ([`RunStore::claim`], [`RunStore::claim_runs`]).
+pub(crate) enum Wanted<'a> {
+    /// The first this many that need a driver, oldest first.
+    Any(u32),
+    /// These, each if it needs a driver.
+    Runs(&'a [String]),
+}
+
 /// One state transition of one run: the run's new row, the steps and
 /// approvals it writes, and its events. `expect` is the compare-and-set.
 #[derive(Debug, Clone)]

@@ -18,7 +18,7 @@ pub use schema::{CURRENT_VERSION, MIGRATIONS};
 use super::encode::{Prepared, Write, Written};
 use super::{
     ClaimRule, Committed, Event, NewEvent, RunReader, RunStore, StoreError, StoredModelCall,
-    Transition, WriterStats,
+    Transition, Wanted, WriterStats,
 };
 use crate::types::*;
 use conn::{Conn, Pool};
@@ -561,14 +561,6 @@ impl RunStore for PgStore {
             busy: std::time::Duration::from_nanos(c.busy_ns.load(Ordering::Relaxed)),
         }
     }
-}
-
-/// Which runs a claim looks at.
-enum Wanted<'a> {
-    /// The first this many that need a driver, oldest first.
-    Any(u32),
-    /// These, each if it needs a driver.
-    Runs(&'a [String]),
 }
 
 impl PgStore {

@@ -17,7 +17,7 @@ pub use schema::{CURRENT_VERSION, MIGRATIONS};
 pub use writer::{StoreHandle, MAX_GROUP, WRITER_THREAD};
 
 use super::encode::{ApprovalRow, Prepared, StepRow, Write, Written};
-use super::{Committed, Event, NewEvent, StoreError, StoredModelCall, Transition};
+use super::{Committed, Event, NewEvent, StoreError, StoredModelCall, Transition, Wanted};
 use crate::types::*;
 use rows::{read_event, read_run, APPROVAL_COLUMNS, RUN_COLUMNS, STEP_COLUMNS};
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, TransactionBehavior};
@@ -36,14 +36,6 @@ pub const BUSY_TIMEOUT_MS: u64 = 5_000;
 /// (BENCHMARKS.md). The price is a log of up to this size on disk, read
 /// once when a store is opened after a crash.
 pub const WAL_CHECKPOINT_PAGES: u32 = 16_000;
-
-/// Which runs a claim looks at.
-enum Wanted<'a> {
-    /// The first this many that need a driver, oldest first.
-    Any(u32),
-    /// These, each if it needs a driver.
-    Runs(&'a [String]),
-}
 
 /// How commits reach the disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

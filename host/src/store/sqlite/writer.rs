@@ -49,7 +49,7 @@ struct Shared {
     queued: AtomicUsize,
     counters: Counters,
     /// Whether a caller may commit on its own thread while the writer is
-    /// idle ([`StoreHandle::spawn_queued_only`] says why not).
+    /// idle ([`StoreHandle::spawn_with`] says why not).
     inline: bool,
 }
 
@@ -99,15 +99,11 @@ impl StoreHandle {
         Self::spawn_with(store, true)
     }
 
-    /// Like [`StoreHandle::spawn`], but every write goes through the
-    /// writer thread, even when it is idle: for a process whose async
-    /// workers also answer requests and feed event streams (`keel
-    /// serve`), which must not wait on a commit's sync.
-    pub fn spawn_queued_only(store: Store) -> StoreHandle {
-        Self::spawn_with(store, false)
-    }
-
-    fn spawn_with(store: Store, inline: bool) -> StoreHandle {
+    /// Like [`StoreHandle::spawn`]; with `inline` false every write goes
+    /// through the writer thread, even when it is idle: for a process
+    /// whose async workers also answer requests and feed event streams
+    /// (`keel serve`), which must not wait on a commit's sync.
+    pub fn spawn_with(store: Store, inline: bool) -> StoreHandle {
         let (tx, rx) = mpsc::channel::<Job>();
         let shared = Arc::new(Shared {
             store: Mutex::new(store),
